@@ -1,0 +1,137 @@
+//! Byte layouts shared by the tiers.
+//!
+//! * Stored key: `[key group: u16 BE][key length: u32 BE][key][map user key]`.
+//!   Keys of one key group are contiguous; within it, one record key's map
+//!   entries are contiguous (a prefix scan reads one map).
+//! * L1 key: `[state id: u16 BE]` followed by the stored key.
+//! * Value and map-entry value: `[timestamp: i64 BE][postcard(T)]`.
+//! * List value: zero or more elements `[timestamp: i64 BE][len: u32 BE][postcard(T)]`;
+//!   concatenating two lists is a list, which is what the RocksDB merge
+//!   operator does, so `ListState::add` never reads the list.
+//!
+//! Timestamps are milliseconds since the Unix epoch (event or processing time,
+//! per the state's TTL domain) and drive TTL.
+
+use crate::error::{Result, StateError};
+use serde::{de::DeserializeOwned, Serialize};
+
+const TS_LEN: usize = 8;
+const LEN_LEN: usize = 4;
+
+/// Appends the stored key of (`key_group`, `key`) to `out`.
+pub fn put_stored_key(out: &mut Vec<u8>, key_group: u16, key: &[u8]) {
+    out.extend_from_slice(&key_group.to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+}
+
+/// Splits a stored key into (key group, record key, map user key).
+pub fn split_stored_key(stored: &[u8]) -> Option<(u16, &[u8], &[u8])> {
+    let kg = u16::from_be_bytes(stored.get(0..2)?.try_into().ok()?);
+    let len = u32::from_be_bytes(stored.get(2..6)?.try_into().ok()?) as usize;
+    let key = stored.get(6..6 + len)?;
+    Some((kg, key, &stored[6 + len..]))
+}
+
+pub(crate) fn encode<T: Serialize>(state: &str, value: &T) -> Result<Vec<u8>> {
+    postcard::to_stdvec(value).map_err(|source| StateError::Codec {
+        state: state.to_owned(),
+        action: "encode",
+        source,
+    })
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(state: &str, bytes: &[u8]) -> Result<T> {
+    postcard::from_bytes(bytes).map_err(|source| StateError::Codec {
+        state: state.to_owned(),
+        action: "decode",
+        source,
+    })
+}
+
+fn corrupt(state: &str, reason: &str) -> StateError {
+    StateError::Corrupt {
+        state: state.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Encodes a value (or map entry) written at `ts`.
+pub(crate) fn encode_entry(ts: i64, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(TS_LEN + body.len());
+    out.extend_from_slice(&ts.to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Splits an encoded value into (timestamp, body).
+pub(crate) fn split_entry<'a>(state: &str, bytes: &'a [u8]) -> Result<(i64, &'a [u8])> {
+    let ts = bytes
+        .get(..TS_LEN)
+        .ok_or_else(|| corrupt(state, "value shorter than its timestamp"))?;
+    Ok((i64::from_be_bytes(ts.try_into().unwrap_or_default()), &bytes[TS_LEN..]))
+}
+
+/// Appends one list element written at `ts` to `out`.
+pub(crate) fn put_list_element(out: &mut Vec<u8>, ts: i64, body: &[u8]) {
+    out.extend_from_slice(&ts.to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(body);
+}
+
+/// Iterates the (timestamp, body) elements of an encoded list.
+pub(crate) fn list_elements<'a>(
+    state: &'a str,
+    mut bytes: &'a [u8],
+) -> impl Iterator<Item = Result<(i64, &'a [u8])>> + 'a {
+    std::iter::from_fn(move || {
+        if bytes.is_empty() {
+            return None;
+        }
+        let Some(head) = bytes.get(..TS_LEN + LEN_LEN) else {
+            bytes = &[];
+            return Some(Err(corrupt(state, "list element header truncated")));
+        };
+        let ts = i64::from_be_bytes(head[..TS_LEN].try_into().unwrap_or_default());
+        let len = u32::from_be_bytes(head[TS_LEN..].try_into().unwrap_or_default()) as usize;
+        let rest = &bytes[TS_LEN + LEN_LEN..];
+        let Some(body) = rest.get(..len) else {
+            bytes = &[];
+            return Some(Err(corrupt(state, "list element body truncated")));
+        };
+        bytes = &rest[len..];
+        Some(Ok((ts, body)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_key_round_trips_with_map_user_key() {
+        let mut k = Vec::new();
+        put_stored_key(&mut k, 7, b"LAS-PHL");
+        k.extend_from_slice(b"user");
+        assert_eq!(split_stored_key(&k), Some((7, &b"LAS-PHL"[..], &b"user"[..])));
+    }
+
+    #[test]
+    fn concatenated_lists_decode_as_one_list() {
+        let mut a = Vec::new();
+        put_list_element(&mut a, 1, b"x");
+        let mut b = Vec::new();
+        put_list_element(&mut b, 2, b"yz");
+        a.extend_from_slice(&b);
+        let got: Vec<_> = list_elements("s", &a).collect::<Result<_>>().unwrap();
+        assert_eq!(got, vec![(1, &b"x"[..]), (2, &b"yz"[..])]);
+    }
+
+    #[test]
+    fn truncated_list_is_an_error_not_a_panic() {
+        let mut a = Vec::new();
+        put_list_element(&mut a, 1, b"abc");
+        let got: Vec<_> = list_elements("s", &a[..a.len() - 1]).collect();
+        assert!(matches!(got.last(), Some(Err(StateError::Corrupt { .. }))));
+    }
+}

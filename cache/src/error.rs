@@ -1,0 +1,49 @@
+//! The error type of `strata-cache`.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the tiered state store.
+///
+/// Each variant names the state (or file) involved so a job's one-line error
+/// says where to look.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// RocksDB (L2) refused an operation.
+    #[error("L2 (RocksDB) error: {0}")]
+    L2(#[from] rocksdb::Error),
+    /// A stored value could not be encoded or decoded with the state's type.
+    #[error("state '{state}': cannot {action} value: {source}")]
+    Codec {
+        state: String,
+        action: &'static str,
+        source: postcard::Error,
+    },
+    /// A stored value is shorter or differently shaped than its encoding says.
+    #[error("state '{state}': stored value is corrupt: {reason}")]
+    Corrupt { state: String, reason: String },
+    /// A state handle was asked for a name that was never declared.
+    #[error("state '{0}' was not declared when the store was built")]
+    UnknownState(String),
+    /// A state was declared twice, or asked for as a different kind.
+    #[error("state '{name}' is declared as {declared}, not {requested}")]
+    WrongKind {
+        name: String,
+        declared: &'static str,
+        requested: &'static str,
+    },
+    /// An invalid store configuration (capacity, parallelism, names).
+    #[error("invalid state store configuration: {0}")]
+    Config(String),
+    /// The cold tier (L3) failed.
+    #[error("L3 error: {0}")]
+    L3(String),
+    /// A file of a snapshot could not be read, written or linked.
+    #[error("snapshot file {path}: {source}")]
+    SnapshotIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = StateError> = std::result::Result<T, E>;

@@ -1,0 +1,44 @@
+//! # strata-cache: tiered keyed state
+//!
+//! A keyed state store whose hot entries live deserialised in memory (L1,
+//! [moka], bounded by bytes), whose warm and spilled entries live in an
+//! embedded RocksDB (L2, bounded by one memory budget for block cache and
+//! memtables), and whose cold entries may live in a [`ColdTier`] (L3,
+//! Cassandra/ScyllaDB in a later crate feature). It is the state backend of
+//! the strata runtime and is useful on its own:
+//!
+//! ```no_run
+//! use strata_cache::{StateDescriptor, StateStore, Ttl};
+//! use std::time::Duration;
+//!
+//! let store = StateStore::builder("/tmp/strata-example")
+//!     .l1_capacity(8 << 20)
+//!     .state(StateDescriptor::list("events").with_ttl(Ttl::event_time(Duration::from_secs(3600))))
+//!     .open()?;
+//! let events = store.list_state::<String>("events")?;
+//! store.set_record_timestamp(1_000);
+//! events.add(b"user-1", "login".to_string())?;     // never reads the list
+//! assert_eq!(events.get(b"user-1")?.len(), 1);
+//! store.clock().advance_watermark(1_000 + 3_600_000); // an hour of event time later
+//! assert!(events.get(b"user-1")?.is_empty());        // expired
+//! # Ok::<(), strata_cache::StateError>(())
+//! ```
+//!
+//! Modules: [`key_group`] (partitioning), [`codec`] (byte layouts),
+//! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files); the store
+//! and its typed handles are re-exported at the root.
+
+pub mod codec;
+mod error;
+pub mod key_group;
+mod l2;
+pub mod snapshot;
+mod state;
+mod store;
+pub mod ttl;
+
+pub use error::{Result, StateError};
+pub use l2::L2Budget;
+pub use state::{ListState, ListView, MapState, StateDescriptor, StateKind, ValueState};
+pub use store::{ColdTier, StateStore, StoreBuilder, TierStats};
+pub use ttl::{Clock, TimeDomain, Ttl};

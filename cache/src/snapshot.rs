@@ -1,0 +1,161 @@
+//! Incremental snapshots of L2 in checkpoint storage.
+//!
+//! A RocksDB checkpoint (hard links of the live SST files plus a copy of the
+//! MANIFEST, CURRENT and OPTIONS files) is moved into checkpoint storage by
+//! an [`IncrementalUploader`]: SST files are immutable, so one already stored
+//! by an earlier checkpoint is referenced again rather than copied (Flink's
+//! incremental RocksDB checkpoints work the same way). Stored SST objects are
+//! named `shared/<run id>-<file name>` so that a restored run, which may
+//! reuse RocksDB file numbers, never overwrites an object an older
+//! checkpoint needs. The small metadata files are private to a checkpoint.
+//!
+//! A [`SnapshotManifest`] lists what one store's snapshot consists of;
+//! [`restore`] lays those files out as a RocksDB directory again.
+
+use crate::error::{Result, StateError};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// One file of a store's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotFile {
+    /// The file's name inside the RocksDB directory.
+    pub name: String,
+    /// Its path in checkpoint storage, relative to the storage root.
+    pub object: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// The files that make up one store's snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotManifest {
+    /// Every file, shared SSTs and private metadata alike.
+    pub files: Vec<SnapshotFile>,
+}
+
+impl SnapshotManifest {
+    /// Total bytes of the snapshot's files.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::SnapshotIo {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Hard-links `from` to `to`, or copies it when a link is impossible
+/// (another file system).
+fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    if fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    fs::copy(from, to).map_err(io_err(from))?;
+    Ok(())
+}
+
+/// Moves RocksDB checkpoints of one store into checkpoint storage, storing
+/// each SST file once.
+#[derive(Debug)]
+pub struct IncrementalUploader {
+    root: PathBuf,
+    run_id: String,
+    stored: HashMap<String, SnapshotFile>,
+}
+
+/// What one upload did.
+#[derive(Debug, Clone)]
+pub struct Upload {
+    /// The snapshot's files.
+    pub manifest: SnapshotManifest,
+    /// Bytes newly written to storage by this upload (the incremental size).
+    pub new_bytes: u64,
+}
+
+impl IncrementalUploader {
+    /// An uploader into storage `root`; `run_id` must be unique per process
+    /// run (it keeps stored SST names unique across restores).
+    pub fn new(root: impl Into<PathBuf>, run_id: &str) -> Self {
+        Self {
+            root: root.into(),
+            run_id: run_id.to_owned(),
+            stored: HashMap::new(),
+        }
+    }
+
+    /// Registers the files of a snapshot this store was restored from, so
+    /// that they are referenced rather than stored again.
+    pub fn seed(&mut self, manifest: &SnapshotManifest) {
+        for f in manifest.files.iter().filter(|f| is_shared(&f.name)) {
+            self.stored.insert(f.name.clone(), f.clone());
+        }
+    }
+
+    /// Stores the RocksDB checkpoint in directory `local`: new SST files go
+    /// to `shared/`, metadata files to `private_dir` (relative to the root).
+    pub fn upload(&mut self, local: &Path, private_dir: &str) -> Result<Upload> {
+        let shared = self.root.join("shared");
+        let private = self.root.join(private_dir);
+        for dir in [&shared, &private] {
+            fs::create_dir_all(dir).map_err(io_err(dir))?;
+        }
+        let mut manifest = SnapshotManifest::default();
+        let mut new_bytes = 0;
+        let mut still_live = HashMap::new();
+        for entry in fs::read_dir(local).map_err(io_err(local))? {
+            let path = entry.map_err(io_err(local))?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let file = match self.stored.get(&name) {
+                Some(known) => known.clone(),
+                None => {
+                    let bytes = fs::metadata(&path).map_err(io_err(&path))?.len();
+                    let object = if is_shared(&name) {
+                        format!("shared/{}-{name}", self.run_id)
+                    } else {
+                        format!("{private_dir}/{name}")
+                    };
+                    link_or_copy(&path, &self.root.join(&object))?;
+                    new_bytes += bytes;
+                    SnapshotFile { name: name.clone(), object, bytes }
+                }
+            };
+            if is_shared(&name) {
+                still_live.insert(name, file.clone());
+            }
+            manifest.files.push(file);
+        }
+        self.stored = still_live;
+        manifest.files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Upload { manifest, new_bytes })
+    }
+}
+
+fn is_shared(name: &str) -> bool {
+    name.ends_with(".sst") || name.ends_with(".blob")
+}
+
+/// Lays out the snapshot `manifest` (stored under `root`) as a RocksDB
+/// directory at `target`, replacing whatever was there. SST files are hard
+/// links where possible; metadata files are copies (RocksDB rewrites them).
+pub fn restore(root: &Path, manifest: &SnapshotManifest, target: &Path) -> Result<()> {
+    if target.exists() {
+        fs::remove_dir_all(target).map_err(io_err(target))?;
+    }
+    fs::create_dir_all(target).map_err(io_err(target))?;
+    for f in &manifest.files {
+        let from = root.join(&f.object);
+        let to = target.join(&f.name);
+        if is_shared(&f.name) {
+            link_or_copy(&from, &to)?;
+        } else {
+            fs::copy(&from, &to).map_err(io_err(&from))?;
+        }
+    }
+    Ok(())
+}

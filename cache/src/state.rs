@@ -1,0 +1,453 @@
+//! Typed state handles: [`ValueState`], [`ListState`], [`MapState`] (the
+//! names and contracts of Apache Flink's keyed state).
+//!
+//! Every method takes the record key as bytes; the store maps it to its key
+//! group. Values are typed through serde and stored with postcard.
+//! Complexities: `ListState::add` is O(1) and never reads the list (a RocksDB
+//! merge, or an append to the copy already in L1); `MapState::get` reads one
+//! entry, never the whole map.
+
+use crate::codec;
+use crate::error::{Result, StateError};
+use crate::store::{Slot, StateStore};
+use crate::ttl::Ttl;
+use serde::{de::DeserializeOwned, Serialize};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// The kind of a declared state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// One value per key.
+    Value,
+    /// An append-only list per key.
+    List,
+    /// A map per key.
+    Map,
+}
+
+impl StateKind {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            StateKind::Value => "ValueState",
+            StateKind::List => "ListState",
+            StateKind::Map => "MapState",
+        }
+    }
+}
+
+/// Declares a named state: its kind and optional TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDescriptor {
+    /// The state's name (a RocksDB column family of that name holds it).
+    pub name: String,
+    /// Value, list or map.
+    pub kind: StateKind,
+    /// Expiry, if any.
+    pub ttl: Option<Ttl>,
+}
+
+impl StateDescriptor {
+    fn new(name: &str, kind: StateKind) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind,
+            ttl: None,
+        }
+    }
+
+    /// A `ValueState` named `name`.
+    pub fn value(name: &str) -> Self {
+        Self::new(name, StateKind::Value)
+    }
+
+    /// A `ListState` named `name`.
+    pub fn list(name: &str) -> Self {
+        Self::new(name, StateKind::List)
+    }
+
+    /// A `MapState` named `name`.
+    pub fn map(name: &str) -> Self {
+        Self::new(name, StateKind::Map)
+    }
+
+    /// Sets the state's time-to-live.
+    pub fn with_ttl(mut self, ttl: Ttl) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+}
+
+fn downcast<T: Send + Sync + 'static>(store: &StateStore, slot: &Slot) -> Result<Arc<T>> {
+    slot.value.clone().downcast::<T>().map_err(|_| StateError::WrongKind {
+        name: store.inner.name(slot.state).to_owned(),
+        declared: "another value type",
+        requested: std::any::type_name::<T>(),
+    })
+}
+
+fn weight_of<T: Serialize>(value: &T) -> usize {
+    postcard::experimental::serialized_size(value).unwrap_or(64)
+}
+
+pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(state: &str, slot: &Slot) -> Result<Vec<u8>> {
+    let value = slot
+        .value
+        .downcast_ref::<T>()
+        .ok_or_else(|| StateError::UnknownState(state.to_owned()))?;
+    Ok(codec::encode_entry(slot.ts, &codec::encode(state, value)?))
+}
+
+/// Reads one entry (value or map entry) through the tiers, promoting it to L1.
+fn read_entry<T>(store: &StateStore, state: u16, l1_key: Vec<u8>) -> Result<Option<T>>
+where
+    T: DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let inner = &store.inner;
+    let _tiers = inner.lock_tiers()?;
+    if let Some(slot) = inner.l1_get(&l1_key) {
+        if inner.expired(state, slot.ts) {
+            return Ok(None);
+        }
+        return Ok(Some((*downcast::<T>(store, &slot)?).clone()));
+    }
+    let Some(bytes) = inner.lower_get(&l1_key)? else {
+        return Ok(None);
+    };
+    let name = inner.name(state);
+    let (ts, body) = codec::split_entry(name, &bytes)?;
+    if inner.expired(state, ts) {
+        return Ok(None);
+    }
+    let value: T = codec::decode(name, body)?;
+    let slot = Slot::new(state, ts, Arc::new(value.clone()), bytes.len(), false);
+    inner.l1_insert(l1_key, slot);
+    Ok(Some(value))
+}
+
+/// One value of type `T` per key (Flink's `ValueState`).
+pub struct ValueState<T> {
+    store: StateStore,
+    id: u16,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ValueState<T> {
+    fn clone(&self) -> Self {
+        Self::new(self.store.clone(), self.id)
+    }
+}
+
+impl<T> ValueState<T>
+where
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(store: StateStore, id: u16) -> Self {
+        Self {
+            store,
+            id,
+            _t: PhantomData,
+        }
+    }
+
+    /// The key's value, or `None` if absent or expired.
+    pub fn get(&self, key: &[u8]) -> Result<Option<T>> {
+        read_entry(&self.store, self.id, self.store.inner.l1_key(self.id, key, &[]))
+    }
+
+    /// Sets the key's value (write-back: it reaches L2 on eviction or flush).
+    pub fn update(&self, key: &[u8], value: T) -> Result<()> {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key(self.id, key, &[]);
+        let weight = weight_of(&value) + 8;
+        let slot = Slot::new(self.id, inner.write_ts(self.id), Arc::new(value), weight, true);
+        let _tiers = inner.lock_tiers()?;
+        inner.l1_insert(l1_key, slot);
+        Ok(())
+    }
+
+    /// Removes the key's value from every tier.
+    pub fn clear(&self, key: &[u8]) -> Result<()> {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key(self.id, key, &[]);
+        let _tiers = inner.lock_tiers()?;
+        inner.remove(&l1_key)
+    }
+}
+
+/// The L1 form of a list: elements with their write timestamps.
+#[derive(Clone)]
+pub(crate) struct ListValue<T> {
+    items: Vec<(i64, T)>,
+    min_ts: i64,
+    bytes: usize,
+}
+
+impl<T> ListValue<T> {
+    fn empty() -> Self {
+        Self {
+            items: Vec::new(),
+            min_ts: i64::MAX,
+            bytes: 0,
+        }
+    }
+
+    fn push(&mut self, ts: i64, value: T, encoded_len: usize) {
+        self.items.push((ts, value));
+        self.min_ts = self.min_ts.min(ts);
+        self.bytes += encoded_len + 12;
+    }
+}
+
+pub(crate) fn encode_list<T: Serialize + Send + Sync + 'static>(state: &str, slot: &Slot) -> Result<Vec<u8>> {
+    let list = slot
+        .value
+        .downcast_ref::<ListValue<T>>()
+        .ok_or_else(|| StateError::UnknownState(state.to_owned()))?;
+    let mut out = Vec::with_capacity(list.bytes);
+    for (ts, item) in &list.items {
+        codec::put_list_element(&mut out, *ts, &codec::encode(state, item)?);
+    }
+    Ok(out)
+}
+
+/// A read-only view of one key's list, without copying it out of L1.
+pub struct ListView<T> {
+    list: Option<Arc<ListValue<T>>>,
+}
+
+impl<T> ListView<T> {
+    /// The elements, oldest write first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.iter_with_timestamps().map(|(_, v)| v)
+    }
+
+    /// The elements with their write timestamps (ms since the epoch).
+    pub fn iter_with_timestamps(&self) -> impl Iterator<Item = (i64, &T)> + '_ {
+        self.list
+            .iter()
+            .flat_map(|l| l.items.iter().map(|(ts, v)| (*ts, v)))
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.list.as_ref().map_or(0, |l| l.items.len())
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An append-only list of `T` per key (Flink's `ListState`).
+///
+/// With a TTL, each element expires on its own, relative to its write time.
+pub struct ListState<T> {
+    store: StateStore,
+    id: u16,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ListState<T> {
+    fn clone(&self) -> Self {
+        Self::new(self.store.clone(), self.id)
+    }
+}
+
+impl<T> ListState<T>
+where
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(store: StateStore, id: u16) -> Self {
+        Self {
+            store,
+            id,
+            _t: PhantomData,
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.store.inner.name(self.id)
+    }
+
+    fn take_l1(&self, l1_key: &[u8]) -> Result<Option<ListValue<T>>> {
+        match self.store.inner.l1_take(l1_key) {
+            Some(slot) => {
+                let list = downcast::<ListValue<T>>(&self.store, &slot)?;
+                drop(slot);
+                Ok(Some(Arc::try_unwrap(list).unwrap_or_else(|shared| (*shared).clone())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn put_l1(&self, l1_key: Vec<u8>, list: ListValue<T>, dirty: bool) -> Arc<ListValue<T>> {
+        let list = Arc::new(list);
+        let weight = list.bytes;
+        let slot = Slot::new(self.id, list.min_ts, list.clone(), weight, dirty);
+        self.store.inner.l1_insert(l1_key, slot);
+        list
+    }
+
+    /// Appends `value`, stamped with the current record timestamp. Never
+    /// reads the list: an append to the copy in L1 if there is one, else a
+    /// RocksDB merge.
+    pub fn add(&self, key: &[u8], value: T) -> Result<()> {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key(self.id, key, &[]);
+        let ts = inner.write_ts(self.id);
+        let body = codec::encode(self.name(), &value)?;
+        let _tiers = inner.lock_tiers()?;
+        if let Some(mut list) = self.take_l1(&l1_key)? {
+            list.push(ts, value, body.len());
+            self.put_l1(l1_key, list, true);
+            return Ok(());
+        }
+        let mut element = Vec::with_capacity(body.len() + 12);
+        codec::put_list_element(&mut element, ts, &body);
+        inner.l2_merge(&l1_key, &element)
+    }
+
+    /// The key's unexpired elements (empty if none). Expired elements are
+    /// trimmed from the stored list as a side effect.
+    pub fn get(&self, key: &[u8]) -> Result<ListView<T>> {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key(self.id, key, &[]);
+        let _tiers = inner.lock_tiers()?;
+        if let Some(slot) = inner.l1_get(&l1_key) {
+            let list = downcast::<ListValue<T>>(&self.store, &slot)?;
+            if !inner.expired(self.id, list.min_ts) {
+                return Ok(ListView { list: Some(list) });
+            }
+            drop((slot, list));
+            let list = self.take_l1(&l1_key)?.unwrap_or_else(ListValue::empty);
+            return Ok(ListView {
+                list: Some(self.put_l1(l1_key, self.unexpired(list.items)?, true)),
+            });
+        }
+        let Some(bytes) = inner.lower_get(&l1_key)? else {
+            return Ok(ListView { list: None });
+        };
+        let mut list = ListValue::empty();
+        let mut trimmed = false;
+        for element in codec::list_elements(self.name(), &bytes) {
+            let (ts, body) = element?;
+            if inner.expired(self.id, ts) {
+                trimmed = true;
+            } else {
+                list.push(ts, codec::decode(self.name(), body)?, body.len());
+            }
+        }
+        Ok(ListView {
+            list: Some(self.put_l1(l1_key, list, trimmed)),
+        })
+    }
+
+    fn unexpired(&self, items: Vec<(i64, T)>) -> Result<ListValue<T>> {
+        let mut list = ListValue::empty();
+        for (ts, v) in items {
+            if !self.store.inner.expired(self.id, ts) {
+                let len = weight_of(&v);
+                list.push(ts, v, len);
+            }
+        }
+        Ok(list)
+    }
+
+    /// Replaces the key's list with `values`, all stamped now.
+    pub fn update(&self, key: &[u8], values: Vec<T>) -> Result<()> {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key(self.id, key, &[]);
+        let ts = inner.write_ts(self.id);
+        let list = self.unexpired(values.into_iter().map(|v| (ts, v)).collect())?;
+        let _tiers = inner.lock_tiers()?;
+        self.put_l1(l1_key, list, true);
+        Ok(())
+    }
+
+    /// Removes the key's list from every tier.
+    pub fn clear(&self, key: &[u8]) -> Result<()> {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key(self.id, key, &[]);
+        let _tiers = inner.lock_tiers()?;
+        inner.remove(&l1_key)
+    }
+}
+
+/// A map from `K` to `V` per key (Flink's `MapState`). Reading one entry
+/// reads only that entry. Writes go through to L2 so that iteration sees
+/// every entry in one place.
+pub struct MapState<K, V> {
+    store: StateStore,
+    id: u16,
+    _t: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for MapState<K, V> {
+    fn clone(&self) -> Self {
+        Self::new(self.store.clone(), self.id)
+    }
+}
+
+impl<K, V> MapState<K, V>
+where
+    K: Serialize + DeserializeOwned + Send + Sync + 'static,
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(store: StateStore, id: u16) -> Self {
+        Self {
+            store,
+            id,
+            _t: PhantomData,
+        }
+    }
+
+    fn entry_key(&self, key: &[u8], user_key: &K) -> Result<Vec<u8>> {
+        let inner = &self.store.inner;
+        let suffix = codec::encode(inner.name(self.id), user_key)?;
+        Ok(inner.l1_key(self.id, key, &suffix))
+    }
+
+    /// The value at `user_key` in the key's map, if present and unexpired.
+    pub fn get(&self, key: &[u8], user_key: &K) -> Result<Option<V>> {
+        read_entry(&self.store, self.id, self.entry_key(key, user_key)?)
+    }
+
+    /// Sets `user_key` to `value` in the key's map.
+    pub fn put(&self, key: &[u8], user_key: &K, value: V) -> Result<()> {
+        let inner = &self.store.inner;
+        let l1_key = self.entry_key(key, user_key)?;
+        let ts = inner.write_ts(self.id);
+        let bytes = codec::encode_entry(ts, &codec::encode(inner.name(self.id), &value)?);
+        let _tiers = inner.lock_tiers()?;
+        inner.l2_put(&l1_key, &bytes)?;
+        let slot = Slot::new(self.id, ts, Arc::new(value), bytes.len(), false);
+        inner.l1_insert(l1_key, slot);
+        Ok(())
+    }
+
+    /// Removes `user_key` from the key's map.
+    pub fn remove(&self, key: &[u8], user_key: &K) -> Result<()> {
+        let l1_key = self.entry_key(key, user_key)?;
+        let _tiers = self.store.inner.lock_tiers()?;
+        self.store.inner.remove(&l1_key)
+    }
+
+    /// Every unexpired entry of the key's map, in stored-key order.
+    pub fn entries(&self, key: &[u8]) -> Result<Vec<(K, V)>> {
+        let inner = &self.store.inner;
+        let prefix = inner.l1_key(self.id, key, &[]);
+        let name = inner.name(self.id);
+        let mut out = Vec::new();
+        let _tiers = inner.lock_tiers()?;
+        inner.l2_scan(self.id, &prefix[2..], |user_key, value| {
+            let (ts, body) = codec::split_entry(name, value)?;
+            if !inner.expired(self.id, ts) {
+                out.push((codec::decode(name, user_key)?, codec::decode(name, body)?));
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,629 @@
+//! The tiered state store: L1 moka over L2 RocksDB over an optional L3.
+//!
+//! One [`StateStore`] serves one operator instance (Flink's keyed state
+//! backend). Reads go L1 → L2 → L3 and promote what they find into L1.
+//! Writes to value and list state are write-back: they land in L1 marked
+//! dirty; a dirty entry reaches L2 when L1 evicts it (the eviction listener
+//! writes it synchronously) or when [`StateStore::flush`] runs at a
+//! checkpoint barrier. Every tier operation runs under one tier lock, and
+//! moka runs its eviction listener inside the operation that caused the
+//! eviction, so a dirty entry leaving L1 is written to L2 before any other
+//! read can look for it: read-your-writes holds under concurrent eviction.
+
+use crate::codec;
+use crate::error::{Result, StateError};
+use crate::l2::{self, L2Budget};
+use crate::state::{ListState, MapState, StateDescriptor, StateKind, ValueState};
+use crate::ttl::{is_expired, Clock, TimeDomain};
+use moka::notification::RemovalCause;
+use rocksdb::{WriteBatch, WriteOptions, DB};
+use serde::{de::DeserializeOwned, Serialize};
+use std::any::{Any, TypeId};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The cold tier (L3) as the store sees it: a read-through lookup on an L2
+/// miss. An embedded run has none; the Cassandra/ScyllaDB tier implements it.
+pub trait ColdTier: Send + Sync {
+    /// The encoded value (layout of [`crate::codec`]) of `stored_key` in
+    /// state `state`, if L3 holds one.
+    fn get(&self, state: &str, stored_key: &[u8]) -> Result<Option<Vec<u8>>>;
+}
+
+pub(crate) type AnyValue = Arc<dyn Any + Send + Sync>;
+type EncodeFn = fn(&str, &Slot) -> Result<Vec<u8>>;
+
+/// One L1 entry: a deserialised value, its write timestamp and whether L2
+/// lacks it.
+pub(crate) struct Slot {
+    pub(crate) state: u16,
+    pub(crate) ts: i64,
+    pub(crate) value: AnyValue,
+    pub(crate) weight: u32,
+    pub(crate) dirty: AtomicBool,
+}
+
+impl Slot {
+    pub(crate) fn new(state: u16, ts: i64, value: AnyValue, weight: usize, dirty: bool) -> Arc<Self> {
+        Arc::new(Self {
+            state,
+            ts,
+            value,
+            weight: weight.min(u32::MAX as usize) as u32,
+            dirty: AtomicBool::new(dirty),
+        })
+    }
+}
+
+pub(crate) struct StateMeta {
+    pub(crate) desc: StateDescriptor,
+    encoder: OnceLock<(TypeId, EncodeFn)>,
+}
+
+/// Per-tier counters of one store. All counts since the store was opened.
+#[derive(Debug, Default)]
+pub struct TierCounters {
+    l1_hits: AtomicU64,
+    l1_misses: AtomicU64,
+    l2_hits: AtomicU64,
+    l2_misses: AtomicU64,
+    l3_hits: AtomicU64,
+    l3_misses: AtomicU64,
+    l1_spills: AtomicU64,
+}
+
+/// A snapshot of a store's tier statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TierStats {
+    /// Reads answered by L1.
+    pub l1_hits: u64,
+    /// Reads L1 could not answer.
+    pub l1_misses: u64,
+    /// L1 misses answered by L2.
+    pub l2_hits: u64,
+    /// L1 misses L2 could not answer either.
+    pub l2_misses: u64,
+    /// L2 misses answered by L3.
+    pub l3_hits: u64,
+    /// L2 misses L3 could not answer (or no L3).
+    pub l3_misses: u64,
+    /// Dirty entries L1 evicted and wrote to L2.
+    pub l1_spills: u64,
+    /// Bytes L1 holds (by the weigher).
+    pub l1_bytes: u64,
+    /// Bytes L2 holds (live SST files plus memtables).
+    pub l2_bytes: u64,
+}
+
+impl TierStats {
+    /// Adds another store's figures (for a process-wide total).
+    pub fn merge(&mut self, o: &TierStats) {
+        self.l1_hits += o.l1_hits;
+        self.l1_misses += o.l1_misses;
+        self.l2_hits += o.l2_hits;
+        self.l2_misses += o.l2_misses;
+        self.l3_hits += o.l3_hits;
+        self.l3_misses += o.l3_misses;
+        self.l1_spills += o.l1_spills;
+        self.l1_bytes += o.l1_bytes;
+        self.l2_bytes += o.l2_bytes;
+    }
+
+    /// Fraction of reads answered by L1 (0 when there were none).
+    pub fn l1_hit_ratio(&self) -> f64 {
+        ratio(self.l1_hits, self.l1_misses)
+    }
+
+    /// Fraction of L1 misses answered by L2 (0 when there were none).
+    pub fn l2_hit_ratio(&self) -> f64 {
+        ratio(self.l2_hits, self.l2_misses)
+    }
+}
+
+fn ratio(hits: u64, misses: u64) -> f64 {
+    if hits + misses == 0 {
+        0.0
+    } else {
+        hits as f64 / (hits + misses) as f64
+    }
+}
+
+/// The part of the store the L1 eviction listener needs: L2 and the encoders.
+pub(crate) struct Lower {
+    pub(crate) db: DB,
+    pub(crate) states: Vec<StateMeta>,
+    write_opts: WriteOptions,
+    counters: TierCounters,
+    spill_failure: Mutex<Option<String>>,
+}
+
+impl Lower {
+    fn encode_slot(&self, slot: &Slot) -> Result<Vec<u8>> {
+        let meta = &self.states[usize::from(slot.state)];
+        let (_, encode) = meta
+            .encoder
+            .get()
+            .ok_or_else(|| StateError::UnknownState(meta.desc.name.clone()))?;
+        encode(&meta.desc.name, slot)
+    }
+
+    fn cf(&self, state: u16) -> Result<Arc<rocksdb::BoundColumnFamily<'_>>> {
+        self.cf_by_name(&self.states[usize::from(state)].desc.name)
+    }
+
+    fn cf_by_name(&self, name: &str) -> Result<Arc<rocksdb::BoundColumnFamily<'_>>> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| StateError::UnknownState(name.to_owned()))
+    }
+
+    fn spill(&self, stored_key: &[u8], slot: &Slot) -> Result<()> {
+        let bytes = self.encode_slot(slot)?;
+        self.db
+            .put_cf_opt(&self.cf(slot.state)?, stored_key, bytes, &self.write_opts)?;
+        self.counters.l1_spills.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn on_evict(&self, l1_key: &[u8], slot: &Slot, cause: RemovalCause) {
+        if !cause.was_evicted() || !slot.dirty.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.spill(&l1_key[2..], slot) {
+            if let Ok(mut failure) = self.spill_failure.lock() {
+                failure.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+pub(crate) struct StoreInner {
+    pub(crate) lower: Arc<Lower>,
+    l1: moka::sync::Cache<Vec<u8>, Arc<Slot>>,
+    tier_lock: Mutex<()>,
+    pub(crate) clock: Arc<Clock>,
+    record_ts: AtomicI64,
+    max_parallelism: u32,
+    cold: Option<Arc<dyn ColdTier>>,
+    path: PathBuf,
+}
+
+/// A cheap, cloneable handle to a tiered state store.
+///
+/// Build one with [`StateStore::builder`]; get typed state handles with
+/// [`StateStore::value_state`], [`StateStore::list_state`] and
+/// [`StateStore::map_state`].
+#[derive(Clone)]
+pub struct StateStore {
+    pub(crate) inner: Arc<StoreInner>,
+}
+
+/// Builds a [`StateStore`]: every tier's capacity in one place.
+///
+/// ```no_run
+/// use strata_cache::{StateStore, StateDescriptor, Ttl};
+/// use std::time::Duration;
+/// let store = StateStore::builder("/tmp/strata-l2")
+///     .l1_capacity(64 << 20)                       // L1: 64 MiB of values
+///     .l2_memory(256 << 20)                        // L2: block cache + memtables
+///     .state(StateDescriptor::value("count"))
+///     .state(StateDescriptor::list("history").with_ttl(Ttl::event_time(Duration::from_secs(60 * 86_400))))
+///     .open()?;
+/// let count = store.value_state::<u64>("count")?;
+/// count.update(b"user-1", 1)?;
+/// assert_eq!(count.get(b"user-1")?, Some(1));
+/// # Ok::<(), strata_cache::StateError>(())
+/// ```
+pub struct StoreBuilder {
+    path: PathBuf,
+    l1_capacity: u64,
+    budget: Option<L2Budget>,
+    l2_memory: usize,
+    states: Vec<StateDescriptor>,
+    max_parallelism: u32,
+    clock: Option<Arc<Clock>>,
+    cold: Option<Arc<dyn ColdTier>>,
+}
+
+impl StoreBuilder {
+    /// L1 capacity in bytes of keys plus encoded values (default 64 MiB).
+    pub fn l1_capacity(mut self, bytes: u64) -> Self {
+        self.l1_capacity = bytes;
+        self
+    }
+
+    /// L2 memory (block cache plus memtables) in bytes, for this store alone
+    /// (default 128 MiB). Use [`StoreBuilder::l2_budget`] to share one budget.
+    pub fn l2_memory(mut self, bytes: usize) -> Self {
+        self.l2_memory = bytes;
+        self
+    }
+
+    /// Shares an L2 memory budget with other stores of the process.
+    pub fn l2_budget(mut self, budget: L2Budget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Declares a state. Names must be unique.
+    pub fn state(mut self, desc: StateDescriptor) -> Self {
+        self.states.push(desc);
+        self
+    }
+
+    /// Number of key groups (default 128, at most 32768).
+    pub fn max_parallelism(mut self, n: u32) -> Self {
+        self.max_parallelism = n;
+        self
+    }
+
+    /// Shares a clock (watermark) with the caller; by default the store has its own.
+    pub fn clock(mut self, clock: Arc<Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Adds a cold tier (L3) read on L2 misses.
+    pub fn cold_tier(mut self, cold: Arc<dyn ColdTier>) -> Self {
+        self.cold = Some(cold);
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !(1..=crate::key_group::MAX_KEY_GROUPS).contains(&self.max_parallelism) {
+            return Err(StateError::Config(format!(
+                "max parallelism {} is outside 1..={}",
+                self.max_parallelism,
+                crate::key_group::MAX_KEY_GROUPS
+            )));
+        }
+        for (i, s) in self.states.iter().enumerate() {
+            if s.name.is_empty() || s.name == "default" {
+                return Err(StateError::Config(format!("invalid state name '{}'", s.name)));
+            }
+            if self.states[..i].iter().any(|o| o.name == s.name) {
+                return Err(StateError::Config(format!("state '{}' declared twice", s.name)));
+            }
+        }
+        if self.states.len() > usize::from(u16::MAX) {
+            return Err(StateError::Config("too many states".into()));
+        }
+        Ok(())
+    }
+
+    /// Opens L2 at the builder's path (creating it if absent) and builds L1.
+    ///
+    /// Errors: [`StateError::Config`] for invalid settings, [`StateError::L2`]
+    /// if RocksDB cannot open the directory.
+    pub fn open(self) -> Result<StateStore> {
+        self.validate()?;
+        let clock = self.clock.unwrap_or_default();
+        let budget = self.budget.unwrap_or_else(|| L2Budget::new(self.l2_memory));
+        std::fs::create_dir_all(&self.path).map_err(|source| StateError::SnapshotIo {
+            path: self.path.clone(),
+            source,
+        })?;
+        let db = l2::open(&self.path, &self.states, &budget, &clock)?;
+        let mut write_opts = WriteOptions::default();
+        write_opts.disable_wal(true);
+        let lower = Arc::new(Lower {
+            db,
+            states: self
+                .states
+                .into_iter()
+                .map(|desc| StateMeta {
+                    desc,
+                    encoder: OnceLock::new(),
+                })
+                .collect(),
+            write_opts,
+            counters: TierCounters::default(),
+            spill_failure: Mutex::new(None),
+        });
+        let listener_lower = lower.clone();
+        let l1 = moka::sync::Cache::builder()
+            .max_capacity(self.l1_capacity)
+            .weigher(|k: &Vec<u8>, s: &Arc<Slot>| {
+                (k.len() as u32).saturating_add(s.weight).saturating_add(64)
+            })
+            .eviction_listener(move |k: Arc<Vec<u8>>, s: Arc<Slot>, cause| {
+                listener_lower.on_evict(&k, &s, cause)
+            })
+            .build();
+        Ok(StateStore {
+            inner: Arc::new(StoreInner {
+                lower,
+                l1,
+                tier_lock: Mutex::new(()),
+                clock,
+                record_ts: AtomicI64::new(i64::MIN),
+                max_parallelism: self.max_parallelism,
+                cold: self.cold,
+                path: self.path,
+            }),
+        })
+    }
+}
+
+impl StateStore {
+    /// A builder for a store whose L2 lives in directory `path`.
+    pub fn builder(path: impl Into<PathBuf>) -> StoreBuilder {
+        StoreBuilder {
+            path: path.into(),
+            l1_capacity: 64 << 20,
+            budget: None,
+            l2_memory: 128 << 20,
+            states: Vec::new(),
+            max_parallelism: 128,
+            clock: None,
+            cold: None,
+        }
+    }
+
+    /// A handle to the declared value state `name` holding `T`.
+    pub fn value_state<T>(&self, name: &str) -> Result<ValueState<T>>
+    where
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let id = self.register::<T>(name, StateKind::Value, crate::state::encode_value::<T>)?;
+        Ok(ValueState::new(self.clone(), id))
+    }
+
+    /// A handle to the declared list state `name` with elements `T`.
+    pub fn list_state<T>(&self, name: &str) -> Result<ListState<T>>
+    where
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let id = self.register::<crate::state::ListValue<T>>(
+            name,
+            StateKind::List,
+            crate::state::encode_list::<T>,
+        )?;
+        Ok(ListState::new(self.clone(), id))
+    }
+
+    /// A handle to the declared map state `name` from `K` to `V`.
+    pub fn map_state<K, V>(&self, name: &str) -> Result<MapState<K, V>>
+    where
+        K: Serialize + DeserializeOwned + Send + Sync + 'static,
+        V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let id = self.register::<V>(name, StateKind::Map, crate::state::encode_value::<V>)?;
+        Ok(MapState::new(self.clone(), id))
+    }
+
+    fn register<T: 'static>(&self, name: &str, kind: StateKind, encode: EncodeFn) -> Result<u16> {
+        let states = &self.inner.lower.states;
+        let id = states
+            .iter()
+            .position(|m| m.desc.name == name)
+            .ok_or_else(|| StateError::UnknownState(name.to_owned()))?;
+        let meta = &states[id];
+        if meta.desc.kind != kind {
+            return Err(StateError::WrongKind {
+                name: name.to_owned(),
+                declared: meta.desc.kind.label(),
+                requested: kind.label(),
+            });
+        }
+        let (type_id, _) = meta.encoder.get_or_init(|| (TypeId::of::<T>(), encode));
+        if *type_id != TypeId::of::<T>() {
+            return Err(StateError::WrongKind {
+                name: name.to_owned(),
+                declared: "another value type",
+                requested: std::any::type_name::<T>(),
+            });
+        }
+        Ok(id as u16)
+    }
+
+    /// The clock (watermark) this store measures event-time TTL against.
+    pub fn clock(&self) -> &Arc<Clock> {
+        &self.inner.clock
+    }
+
+    /// Sets the timestamp (ms since the epoch) of the record being processed;
+    /// event-time TTL stamps writes with it.
+    pub fn set_record_timestamp(&self, ts: i64) {
+        self.inner.record_ts.store(ts, Ordering::Relaxed);
+    }
+
+    /// The number of key groups keys are spread over.
+    pub fn max_parallelism(&self) -> u32 {
+        self.inner.max_parallelism
+    }
+
+    /// The directory L2 lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Writes every dirty L1 entry to L2 in one batch (at a checkpoint barrier).
+    pub fn flush(&self) -> Result<()> {
+        let _tiers = self.inner.lock_tiers()?;
+        let lower = &self.inner.lower;
+        let mut batch = WriteBatch::default();
+        for (key, slot) in self.inner.l1.iter() {
+            if slot.dirty.swap(false, Ordering::AcqRel) {
+                batch.put_cf(&lower.cf(slot.state)?, &key[2..], lower.encode_slot(&slot)?);
+            }
+        }
+        lower.db.write_opt(batch, &lower.write_opts)?;
+        Ok(())
+    }
+
+    /// Flushes L1 and writes a RocksDB checkpoint (hard links where possible)
+    /// of L2 into `dir`, which must not exist yet.
+    pub fn checkpoint(&self, dir: &Path) -> Result<()> {
+        self.flush()?;
+        let db = &self.inner.lower.db;
+        rocksdb::checkpoint::Checkpoint::new(db)?.create_checkpoint(dir)?;
+        Ok(())
+    }
+
+    /// Compacts every state's L2 data now (TTL-expired entries are dropped
+    /// by the compaction filter). RocksDB also does this in the background.
+    pub fn compact(&self) -> Result<()> {
+        let lower = &self.inner.lower;
+        for s in &lower.states {
+            lower.db.compact_range_cf(&lower.cf_by_name(&s.desc.name)?, None::<&[u8]>, None::<&[u8]>);
+        }
+        Ok(())
+    }
+
+    /// Counters and sizes per tier.
+    pub fn stats(&self) -> TierStats {
+        let c = &self.inner.lower.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let lower = &self.inner.lower;
+        TierStats {
+            l1_hits: get(&c.l1_hits),
+            l1_misses: get(&c.l1_misses),
+            l2_hits: get(&c.l2_hits),
+            l2_misses: get(&c.l2_misses),
+            l3_hits: get(&c.l3_hits),
+            l3_misses: get(&c.l3_misses),
+            l1_spills: get(&c.l1_spills),
+            l1_bytes: self.inner.l1.weighted_size(),
+            l2_bytes: lower.states.iter().map(|s| l2::bytes_of(&lower.db, &s.desc.name)).sum(),
+        }
+    }
+}
+
+/// The result of looking a key up in L2/L3: its encoded bytes.
+pub(crate) type Found = Option<Vec<u8>>;
+
+impl StoreInner {
+    pub(crate) fn lock_tiers(&self) -> Result<MutexGuard<'_, ()>> {
+        let guard = self.tier_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(failure) = self.lower.spill_failure.lock().ok().and_then(|f| f.clone()) {
+            return Err(StateError::Corrupt {
+                state: "(L1 eviction)".into(),
+                reason: format!("a dirty entry could not be written to L2: {failure}"),
+            });
+        }
+        Ok(guard)
+    }
+
+    pub(crate) fn meta(&self, state: u16) -> &StateMeta {
+        &self.lower.states[usize::from(state)]
+    }
+
+    pub(crate) fn name(&self, state: u16) -> &str {
+        &self.meta(state).desc.name
+    }
+
+    /// The write timestamp for a value of `state` written now.
+    pub(crate) fn write_ts(&self, state: u16) -> i64 {
+        match self.meta(state).desc.ttl.map(|t| t.domain) {
+            Some(TimeDomain::ProcessingTime) => crate::ttl::wall_clock_millis(),
+            _ => self.record_ts.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether a value of `state` written at `ts` has expired now.
+    pub(crate) fn expired(&self, state: u16, ts: i64) -> bool {
+        let ttl = self.meta(state).desc.ttl;
+        ttl.is_some_and(|t| is_expired(Some(t), ts, self.clock.now(t.domain)))
+    }
+
+    /// Builds the L1 key (`[state][stored key][suffix]`) of `key`.
+    pub(crate) fn l1_key(&self, state: u16, key: &[u8], suffix: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(2 + 6 + key.len() + suffix.len());
+        k.extend_from_slice(&state.to_be_bytes());
+        let kg = crate::key_group::key_group_of(key, self.max_parallelism);
+        codec::put_stored_key(&mut k, kg, key);
+        k.extend_from_slice(suffix);
+        k
+    }
+
+    pub(crate) fn l1_get(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
+        let got = self.l1.get(l1_key);
+        let counter = if got.is_some() {
+            &self.lower.counters.l1_hits
+        } else {
+            &self.lower.counters.l1_misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        got
+    }
+
+    pub(crate) fn l1_contains(&self, l1_key: &[u8]) -> bool {
+        self.l1.contains_key(l1_key)
+    }
+
+    pub(crate) fn l1_insert(&self, l1_key: Vec<u8>, slot: Arc<Slot>) {
+        self.l1.insert(l1_key, slot);
+    }
+
+    pub(crate) fn l1_take(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
+        self.l1.remove(l1_key)
+    }
+
+    /// Reads the encoded value of an L1 key from L2, then L3.
+    pub(crate) fn lower_get(&self, l1_key: &[u8]) -> Result<Found> {
+        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
+        let c = &self.lower.counters;
+        if let Some(v) = self.lower.db.get_cf(&self.lower.cf(state)?, &l1_key[2..])? {
+            c.l2_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(v));
+        }
+        c.l2_misses.fetch_add(1, Ordering::Relaxed);
+        let found = match &self.cold {
+            Some(cold) => cold.get(self.name(state), &l1_key[2..])?,
+            None => None,
+        };
+        let counter = if found.is_some() { &c.l3_hits } else { &c.l3_misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(found)
+    }
+
+    pub(crate) fn l2_put(&self, l1_key: &[u8], bytes: &[u8]) -> Result<()> {
+        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
+        let lower = &self.lower;
+        Ok(lower
+            .db
+            .put_cf_opt(&lower.cf(state)?, &l1_key[2..], bytes, &lower.write_opts)?)
+    }
+
+    pub(crate) fn l2_merge(&self, l1_key: &[u8], bytes: &[u8]) -> Result<()> {
+        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
+        let lower = &self.lower;
+        Ok(lower
+            .db
+            .merge_cf_opt(&lower.cf(state)?, &l1_key[2..], bytes, &lower.write_opts)?)
+    }
+
+    /// Removes a key from every tier this store writes.
+    pub(crate) fn remove(&self, l1_key: &[u8]) -> Result<()> {
+        self.l1.invalidate(l1_key);
+        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
+        let lower = &self.lower;
+        Ok(lower
+            .db
+            .delete_cf_opt(&lower.cf(state)?, &l1_key[2..], &lower.write_opts)?)
+    }
+
+    /// Iterates L2 entries whose stored key starts with `prefix` (an L1 key
+    /// without the state id), calling `f(suffix, value)` for each.
+    pub(crate) fn l2_scan(
+        &self,
+        state: u16,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let lower = &self.lower;
+        let cf = lower.cf(state)?;
+        let mut it = lower.db.raw_iterator_cf(&cf);
+        it.seek(prefix);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            f(&k[prefix.len()..], v)?;
+            it.next();
+        }
+        Ok(it.status()?)
+    }
+}

@@ -1,0 +1,203 @@
+//! Specifications of the tiered store: model-based tests across L1/L2
+//! eviction, read-your-writes under concurrent eviction, TTL in every tier,
+//! and snapshots that restore exactly what a checkpoint held.
+
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use strata_cache::snapshot::{restore, IncrementalUploader};
+use strata_cache::{StateDescriptor, StateStore, Ttl};
+
+fn store(dir: &std::path::Path, l1_bytes: u64) -> StateStore {
+    StateStore::builder(dir)
+        .l1_capacity(l1_bytes)
+        .l2_memory(16 << 20)
+        .state(StateDescriptor::value("count"))
+        .state(StateDescriptor::list("events"))
+        .state(StateDescriptor::map("attrs"))
+        .open()
+        .unwrap()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Update(u8, u64),
+    ClearValue(u8),
+    Add(u8, u32),
+    ClearList(u8),
+    Put(u8, u8, u32),
+    Remove(u8, u8),
+    Flush,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0u8..12;
+    prop_oneof![
+        4 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Update(k, v)),
+        1 => key.clone().prop_map(Op::ClearValue),
+        4 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Add(k, v)),
+        1 => key.clone().prop_map(Op::ClearList),
+        3 => (key.clone(), 0u8..4, any::<u32>()).prop_map(|(k, u, v)| Op::Put(k, u, v)),
+        1 => (key, 0u8..4).prop_map(|(k, u)| Op::Remove(k, u)),
+        1 => Just(Op::Flush),
+    ]
+}
+
+#[derive(Default)]
+struct Model {
+    values: HashMap<u8, u64>,
+    lists: HashMap<u8, Vec<u32>>,
+    maps: HashMap<u8, HashMap<u8, u32>>,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Whatever the interleaving of writes, evictions (an L1 of ~1 KB holds a
+    /// handful of entries) and flushes, every read returns what a plain
+    /// in-memory model holds.
+    #[test]
+    fn every_read_matches_a_model_while_entries_cross_tiers(ops in proptest::collection::vec(op(), 1..300)) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 1024);
+        let (count, events, attrs) = (
+            s.value_state::<u64>("count").unwrap(),
+            s.list_state::<u32>("events").unwrap(),
+            s.map_state::<u8, u32>("attrs").unwrap(),
+        );
+        let mut m = Model::default();
+        for op in ops {
+            match op {
+                Op::Update(k, v) => { count.update(&[k], v).unwrap(); m.values.insert(k, v); }
+                Op::ClearValue(k) => { count.clear(&[k]).unwrap(); m.values.remove(&k); }
+                Op::Add(k, v) => { events.add(&[k], v).unwrap(); m.lists.entry(k).or_default().push(v); }
+                Op::ClearList(k) => { events.clear(&[k]).unwrap(); m.lists.remove(&k); }
+                Op::Put(k, u, v) => { attrs.put(&[k], &u, v).unwrap(); m.maps.entry(k).or_default().insert(u, v); }
+                Op::Remove(k, u) => { attrs.remove(&[k], &u).unwrap(); m.maps.entry(k).or_default().remove(&u); }
+                Op::Flush => s.flush().unwrap(),
+            }
+            for k in 0u8..12 {
+                prop_assert_eq!(count.get(&[k]).unwrap(), m.values.get(&k).copied(), "value of key {}", k);
+                let got: Vec<u32> = events.get(&[k]).unwrap().iter().copied().collect();
+                prop_assert_eq!(&got, m.lists.get(&k).unwrap_or(&Vec::new()), "list of key {}", k);
+                let mut entries = attrs.entries(&[k]).unwrap();
+                entries.sort();
+                let mut want: Vec<(u8, u32)> = m.maps.get(&k).map(|e| e.iter().map(|(a, b)| (*a, *b)).collect()).unwrap_or_default();
+                want.sort();
+                prop_assert_eq!(entries, want, "map of key {}", k);
+            }
+        }
+    }
+}
+
+#[test]
+fn read_your_writes_holds_while_other_threads_evict() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), 4096);
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let count = s.value_state::<u64>("count").unwrap();
+            let events = s.list_state::<u32>("events").unwrap();
+            std::thread::spawn(move || {
+                for i in 0..3000u64 {
+                    let key = [t, (i % 16) as u8];
+                    count.update(&key, i).unwrap();
+                    assert_eq!(count.get(&key).unwrap(), Some(i), "thread {t} lost its write to {key:?}");
+                    events.add(&key, i as u32).unwrap();
+                    let list = events.get(&key).unwrap();
+                    assert_eq!(list.iter().last().copied(), Some(i as u32), "thread {t} lost an append to {key:?}");
+                    assert_eq!(list.len() as u64, i / 16 + 1);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let stats = s.stats();
+    assert!(stats.l1_spills > 0, "the test must make L1 spill dirty entries: {stats:?}");
+    assert!(stats.l2_hits > 0, "the test must read spilled entries back from L2: {stats:?}");
+}
+
+fn ttl_store(dir: &std::path::Path) -> StateStore {
+    let ttl = Ttl::event_time(Duration::from_millis(100));
+    StateStore::builder(dir)
+        .l1_capacity(1 << 20)
+        .state(StateDescriptor::value("v").with_ttl(ttl))
+        .state(StateDescriptor::list("l").with_ttl(ttl))
+        .open()
+        .unwrap()
+}
+
+#[test]
+fn event_time_ttl_hides_expired_state_and_compaction_drops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = ttl_store(dir.path());
+        let (v, l) = (s.value_state::<u32>("v").unwrap(), s.list_state::<u32>("l").unwrap());
+        s.set_record_timestamp(1_000);
+        v.update(b"k", 1).unwrap();
+        l.add(b"k", 1).unwrap();
+        s.set_record_timestamp(1_050);
+        l.add(b"k", 2).unwrap();
+        s.clock().advance_watermark(1_099);
+        assert_eq!(v.get(b"k").unwrap(), Some(1));
+        s.clock().advance_watermark(1_100);
+        assert_eq!(v.get(b"k").unwrap(), None, "a value exactly ttl old is expired");
+        let left: Vec<u32> = l.get(b"k").unwrap().iter().copied().collect();
+        assert_eq!(left, vec![2], "expired list elements are skipped");
+        s.flush().unwrap();
+        s.clock().advance_watermark(1_150);
+        s.compact().unwrap();
+    }
+    // A fresh store on the same directory has no watermark, so only what the
+    // compaction filter physically dropped can be missing.
+    let s = ttl_store(dir.path());
+    assert_eq!(s.value_state::<u32>("v").unwrap().get(b"k").unwrap(), None);
+    assert!(s.list_state::<u32>("l").unwrap().get(b"k").unwrap().is_empty());
+}
+
+#[test]
+fn a_restored_snapshot_holds_exactly_the_checkpointed_state_and_uploads_are_incremental() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("storage");
+    let s = store(&dir.path().join("live"), 1 << 20);
+    let count = s.value_state::<u64>("count").unwrap();
+    let events = s.list_state::<u32>("events").unwrap();
+    for k in 0..200u32 {
+        count.update(&k.to_be_bytes(), u64::from(k)).unwrap();
+        events.add(&k.to_be_bytes(), k).unwrap();
+    }
+    let mut up = IncrementalUploader::new(&storage, "run1");
+    s.checkpoint(&dir.path().join("c1")).unwrap();
+    let first = up.upload(&dir.path().join("c1"), "chk-1/op-0").unwrap();
+    count.update(&0u32.to_be_bytes(), 999).unwrap();
+    events.add(&0u32.to_be_bytes(), 999).unwrap();
+    s.checkpoint(&dir.path().join("c2")).unwrap();
+    let second = up.upload(&dir.path().join("c2"), "chk-2/op-0").unwrap();
+    assert!(first.new_bytes > 0);
+    assert!(second.new_bytes < second.manifest.total_bytes(), "unchanged SST files are referenced, not stored again");
+    count.update(&1u32.to_be_bytes(), 12345).unwrap();
+    drop((count, events, s));
+
+    restore(&storage, &first.manifest, &dir.path().join("restored")).unwrap();
+    let r = store(&dir.path().join("restored"), 1 << 20);
+    let count = r.value_state::<u64>("count").unwrap();
+    let events = r.list_state::<u32>("events").unwrap();
+    assert_eq!(count.get(&0u32.to_be_bytes()).unwrap(), Some(0), "a write after checkpoint 1 is not in it");
+    assert_eq!(count.get(&1u32.to_be_bytes()).unwrap(), Some(1));
+    assert_eq!(events.get(&0u32.to_be_bytes()).unwrap().len(), 1);
+    assert_eq!(count.get(&199u32.to_be_bytes()).unwrap(), Some(199));
+}
+
+#[test]
+fn asking_for_an_undeclared_or_mistyped_state_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), 1 << 20);
+    assert!(s.value_state::<u64>("nope").is_err());
+    assert!(s.list_state::<u32>("count").is_err(), "count is a ValueState");
+    let _ = s.value_state::<u64>("count").unwrap();
+    assert!(s.value_state::<String>("count").is_err(), "count holds u64");
+    let _: Arc<_> = Arc::new(s);
+}

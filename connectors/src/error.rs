@@ -1,0 +1,70 @@
+//! Errors of `strata-connectors`.
+
+use std::path::PathBuf;
+
+/// A problem with a whole source or sink (the job cannot go on).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    /// The input file does not exist.
+    #[error("input file {0} does not exist")]
+    NotFound(PathBuf),
+    /// The input file has no bytes.
+    #[error("input file {0} is empty")]
+    Empty(PathBuf),
+    /// The file's format could not be told from its name.
+    #[error("cannot tell the format of {0}: use a .parquet, .csv or .jsonl file name")]
+    UnknownFormat(PathBuf),
+    /// A column the job needs is absent.
+    #[error("{path}: missing column '{column}' (the file has: {found})")]
+    MissingColumn {
+        path: PathBuf,
+        column: String,
+        found: String,
+    },
+    /// A column has a type the job cannot read.
+    #[error("{path}: column '{column}' has type {found}, expected {expected}")]
+    WrongType {
+        path: PathBuf,
+        column: String,
+        expected: &'static str,
+        found: String,
+    },
+    /// The file is not readable as its format (truncated, corrupt).
+    #[error("{path}: not a readable {format} file: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        format: &'static str,
+        reason: String,
+    },
+    /// A file system error.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl ConnectorError {
+    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| ConnectorError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// A problem with one record: the job's bad-input policy decides whether it
+/// fails the job or goes to the dead-letter output.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize)]
+#[error("record {record}{}: {reason}", field.as_ref().map(|f| format!(", field '{f}'")).unwrap_or_default())]
+pub struct RecordError {
+    /// The record's 1-based position in the input.
+    pub record: u64,
+    /// The field at fault, if one is.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;

@@ -1,0 +1,443 @@
+//! A replayable file source for Parquet, CSV and JSON lines.
+//!
+//! The source reads [`Row`]s typed by the job's [`Schema`]. Its
+//! [`Position`] (records read, and the byte offset for text formats) is
+//! what a checkpoint records; [`FileSource::open`] at a position resumes
+//! right after the last record that position covers.
+//!
+//! Whole-file problems (missing file, empty file, missing column, wrong
+//! column type, truncated Parquet) are a [`ConnectorError`] at open time;
+//! problems with one record (a wrong value, a truncated last line) are a
+//! [`RecordError`] for that record, and reading goes on after it.
+
+use crate::error::{ConnectorError, RecordError, Result};
+use crate::row::{parse_text, FieldType, Row, Schema, Value};
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit, TimestampMillisecondType};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// An input file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Apache Parquet.
+    Parquet,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// One JSON object per line.
+    JsonLines,
+}
+
+impl Format {
+    /// The format a file name implies (`.parquet`, `.csv`, `.jsonl`/`.ndjson`/`.json`).
+    pub fn from_path(path: &Path) -> Result<Self> {
+        match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+            Some("parquet") => Ok(Format::Parquet),
+            Some("csv") => Ok(Format::Csv),
+            Some("jsonl" | "ndjson" | "json") => Ok(Format::JsonLines),
+            _ => Err(ConnectorError::UnknownFormat(path.to_owned())),
+        }
+    }
+}
+
+/// How far a source has read: the replay point a checkpoint records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    /// Records read so far (good and bad).
+    pub records: u64,
+    /// Byte offset just after the last record read (text formats; 0 for Parquet).
+    pub byte_offset: u64,
+}
+
+trait RowReader: Send {
+    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>>;
+    fn byte_offset(&self) -> u64;
+}
+
+/// A file source of typed rows.
+pub struct FileSource {
+    reader: Box<dyn RowReader>,
+    records: u64,
+    total_records: Option<u64>,
+    total_bytes: u64,
+}
+
+impl FileSource {
+    /// Opens `path` in `format` for the columns of `schema`, resuming after
+    /// `start`.
+    ///
+    /// Errors: [`ConnectorError::NotFound`], [`ConnectorError::Empty`],
+    /// [`ConnectorError::MissingColumn`], [`ConnectorError::WrongType`],
+    /// [`ConnectorError::Corrupt`].
+    pub fn open(path: &Path, format: Format, schema: &Schema, start: Position) -> Result<Self> {
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ConnectorError::NotFound(path.to_owned()),
+            _ => ConnectorError::Io {
+                path: path.to_owned(),
+                source: e,
+            },
+        })?;
+        if meta.len() == 0 {
+            return Err(ConnectorError::Empty(path.to_owned()));
+        }
+        let (reader, total_records): (Box<dyn RowReader>, _) = match format {
+            Format::Parquet => {
+                let r = ParquetRows::open(path, schema, start)?;
+                let total = r.total;
+                (Box::new(r), Some(total))
+            }
+            Format::Csv => (Box::new(CsvRows::open(path, schema, start)?), None),
+            Format::JsonLines => (Box::new(JsonRows::open(path, schema, start)?), None),
+        };
+        Ok(Self {
+            reader,
+            records: start.records,
+            total_records,
+            total_bytes: meta.len(),
+        })
+    }
+
+    /// The next row, a bad record, or `None` at the end of the file.
+    pub fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+        let row = self.reader.next_row()?;
+        self.records += 1;
+        Some(row)
+    }
+
+    /// The current replay position.
+    pub fn position(&self) -> Position {
+        Position {
+            records: self.records,
+            byte_offset: self.reader.byte_offset(),
+        }
+    }
+
+    /// Progress as (done, total) in records (Parquet) or bytes (text).
+    pub fn progress(&self) -> (u64, u64) {
+        match self.total_records {
+            Some(total) => (self.records, total),
+            None => (self.reader.byte_offset(), self.total_bytes),
+        }
+    }
+}
+
+fn corrupt(path: &Path, format: &'static str, reason: impl ToString) -> ConnectorError {
+    ConnectorError::Corrupt {
+        path: path.to_owned(),
+        format,
+        reason: reason.to_string(),
+    }
+}
+
+fn missing(path: &Path, column: &str, found: &[String]) -> ConnectorError {
+    ConnectorError::MissingColumn {
+        path: path.to_owned(),
+        column: column.to_owned(),
+        found: found.join(", "),
+    }
+}
+
+struct ParquetRows {
+    path: PathBuf,
+    batches: ParquetRecordBatchReader,
+    schema: Schema,
+    columns: Vec<ArrayRef>,
+    row_in_batch: usize,
+    batch_len: usize,
+    number: u64,
+    total: u64,
+}
+
+/// The arrow type a field is cast to, if the column's type can be read as it.
+fn arrow_target(ty: FieldType, found: &DataType) -> Option<DataType> {
+    let ok = match ty {
+        FieldType::String => matches!(found, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+        FieldType::Int64 => found.is_integer(),
+        FieldType::Float64 => found.is_numeric(),
+        FieldType::Timestamp => matches!(found, DataType::Timestamp(..) | DataType::Date32 | DataType::Date64),
+    };
+    ok.then(|| match ty {
+        FieldType::String => DataType::Utf8,
+        FieldType::Int64 => DataType::Int64,
+        FieldType::Float64 => DataType::Float64,
+        FieldType::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
+    })
+}
+
+impl ParquetRows {
+    fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
+        let file = File::open(path).map_err(ConnectorError::io(path))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| corrupt(path, "Parquet", e))?;
+        let total = builder.metadata().file_metadata().num_rows().max(0) as u64;
+        let arrow_schema = builder.schema().clone();
+        let names: Vec<String> = arrow_schema.fields().iter().map(|f| f.name().clone()).collect();
+        let mut indices = Vec::new();
+        for (name, ty) in &schema.fields {
+            let (i, field) = arrow_schema.column_with_name(name).ok_or_else(|| missing(path, name, &names))?;
+            arrow_target(*ty, field.data_type()).ok_or_else(|| ConnectorError::WrongType {
+                path: path.to_owned(),
+                column: name.clone(),
+                expected: ty.label(),
+                found: field.data_type().to_string(),
+            })?;
+            indices.push(i);
+        }
+        let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), indices);
+        let batches = builder
+            .with_projection(mask)
+            .with_offset(start.records as usize)
+            .with_batch_size(8192)
+            .build()
+            .map_err(|e| corrupt(path, "Parquet", e))?;
+        Ok(Self {
+            path: path.to_owned(),
+            batches,
+            schema: schema.clone(),
+            columns: Vec::new(),
+            row_in_batch: 0,
+            batch_len: 0,
+            number: start.records,
+            total,
+        })
+    }
+
+    /// Loads the next batch, cast to the schema's types. `Err` ends the input.
+    fn load_batch(&mut self) -> Option<std::result::Result<(), RecordError>> {
+        let batch = match self.batches.next()? {
+            Ok(b) => b,
+            Err(e) => return Some(Err(self.batch_error(e.to_string()))),
+        };
+        let mut columns = Vec::with_capacity(self.schema.fields.len());
+        for (name, ty) in &self.schema.fields {
+            let Some(col) = batch.column_by_name(name) else {
+                return Some(Err(self.batch_error(format!("column '{name}' vanished"))));
+            };
+            let target = arrow_target(*ty, col.data_type()).unwrap_or(DataType::Null);
+            match arrow::compute::cast(col, &target) {
+                Ok(c) => columns.push(c),
+                Err(e) => return Some(Err(self.batch_error(e.to_string()))),
+            }
+        }
+        self.columns = columns;
+        self.row_in_batch = 0;
+        self.batch_len = batch.num_rows();
+        Some(Ok(()))
+    }
+
+    fn batch_error(&self, reason: String) -> RecordError {
+        RecordError {
+            record: self.number + 1,
+            field: None,
+            reason: format!("{}: cannot read Parquet data: {reason}", self.path.display()),
+        }
+    }
+
+    fn value(&self, col: usize, ty: FieldType) -> Value {
+        let array = &self.columns[col];
+        let i = self.row_in_batch;
+        if array.is_null(i) {
+            return Value::Null;
+        }
+        match ty {
+            FieldType::String => Value::String(array.as_string::<i32>().value(i).to_owned()),
+            FieldType::Int64 => Value::Int64(array.as_primitive::<Int64Type>().value(i)),
+            FieldType::Float64 => Value::Float64(array.as_primitive::<Float64Type>().value(i)),
+            FieldType::Timestamp => Value::Timestamp(array.as_primitive::<TimestampMillisecondType>().value(i)),
+        }
+    }
+}
+
+impl RowReader for ParquetRows {
+    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+        while self.row_in_batch >= self.batch_len {
+            if let Err(e) = self.load_batch()? {
+                self.batch_len = 0;
+                return Some(Err(e));
+            }
+        }
+        self.number += 1;
+        let values = (0..self.schema.fields.len())
+            .map(|c| self.value(c, self.schema.fields[c].1))
+            .collect();
+        self.row_in_batch += 1;
+        Some(Ok(Row {
+            number: self.number,
+            values,
+        }))
+    }
+
+    fn byte_offset(&self) -> u64 {
+        0
+    }
+}
+
+/// Parses the text fields of one record (CSV cells or JSON strings).
+fn typed_row(
+    number: u64,
+    schema: &Schema,
+    mut text: impl FnMut(usize) -> std::result::Result<Value, String>,
+) -> std::result::Result<Row, RecordError> {
+    let mut values = Vec::with_capacity(schema.fields.len());
+    for (i, (name, _)) in schema.fields.iter().enumerate() {
+        let value = text(i).map_err(|reason| RecordError {
+            record: number,
+            field: Some(name.clone()),
+            reason,
+        })?;
+        values.push(value);
+    }
+    Ok(Row { number, values })
+}
+
+struct CsvRows {
+    reader: csv::Reader<File>,
+    schema: Schema,
+    columns: Vec<usize>,
+    record: csv::StringRecord,
+    number: u64,
+    offset: u64,
+}
+
+impl CsvRows {
+    fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
+        let file = File::open(path).map_err(ConnectorError::io(path))?;
+        let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
+        let headers: Vec<String> = reader
+            .headers()
+            .map_err(|e| corrupt(path, "CSV", e))?
+            .iter()
+            .map(str::to_owned)
+            .collect();
+        let columns = schema
+            .fields
+            .iter()
+            .map(|(name, _)| headers.iter().position(|h| h == name).ok_or_else(|| missing(path, name, &headers)))
+            .collect::<Result<_>>()?;
+        let mut offset = reader.position().byte();
+        if start.records > 0 {
+            let mut pos = csv::Position::new();
+            pos.set_byte(start.byte_offset).set_record(start.records);
+            reader.seek(pos).map_err(|e| corrupt(path, "CSV", e))?;
+            offset = start.byte_offset;
+        }
+        Ok(Self {
+            reader,
+            schema: schema.clone(),
+            columns,
+            record: csv::StringRecord::new(),
+            number: start.records,
+            offset,
+        })
+    }
+}
+
+impl RowReader for CsvRows {
+    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+        let read = self.reader.read_record(&mut self.record);
+        self.offset = self.reader.position().byte();
+        self.number += 1;
+        match read {
+            Ok(false) => None,
+            Err(e) => Some(Err(RecordError {
+                record: self.number,
+                field: None,
+                reason: format!("malformed CSV: {e}"),
+            })),
+            Ok(true) => {
+                let (record, columns) = (&self.record, &self.columns);
+                Some(typed_row(self.number, &self.schema, |i| {
+                    let cell = record.get(columns[i]).ok_or("the record has too few cells")?;
+                    parse_text(cell, self.schema.fields[i].1)
+                }))
+            }
+        }
+    }
+
+    fn byte_offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+struct JsonRows {
+    lines: BufReader<File>,
+    schema: Schema,
+    line: String,
+    number: u64,
+    offset: u64,
+}
+
+impl JsonRows {
+    fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
+        let mut file = File::open(path).map_err(ConnectorError::io(path))?;
+        file.seek(SeekFrom::Start(start.byte_offset)).map_err(ConnectorError::io(path))?;
+        Ok(Self {
+            lines: BufReader::with_capacity(1 << 16, file),
+            schema: schema.clone(),
+            line: String::new(),
+            number: start.records,
+            offset: start.byte_offset,
+        })
+    }
+
+    fn json_value(v: Option<&serde_json::Value>, ty: FieldType) -> std::result::Result<Value, String> {
+        use serde_json::Value as J;
+        match (v, ty) {
+            (None, _) => Err("missing".to_owned()),
+            (Some(J::Null), _) => Ok(Value::Null),
+            (Some(J::String(s)), _) => parse_text(s, ty),
+            (Some(J::Number(n)), FieldType::Int64 | FieldType::Timestamp) => n
+                .as_i64()
+                .map(|i| if ty == FieldType::Int64 { Value::Int64(i) } else { Value::Timestamp(i) })
+                .ok_or_else(|| format!("{n} is not an integer")),
+            (Some(J::Number(n)), FieldType::Float64) => n.as_f64().map(Value::Float64).ok_or_else(|| n.to_string()),
+            (Some(other), _) => Err(format!("expected {}, got {other}", ty.label())),
+        }
+    }
+}
+
+impl RowReader for JsonRows {
+    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+        loop {
+            self.line.clear();
+            let read = self.lines.read_line(&mut self.line);
+            self.number += 1;
+            let n = match read {
+                Ok(0) => return None,
+                Ok(n) => n,
+                Err(e) => {
+                    return Some(Err(RecordError {
+                        record: self.number,
+                        field: None,
+                        reason: format!("unreadable line: {e}"),
+                    }))
+                }
+            };
+            self.offset += n as u64;
+            if self.line.trim().is_empty() {
+                self.number -= 1;
+                continue;
+            }
+            let object: serde_json::Map<String, serde_json::Value> = match serde_json::from_str(&self.line) {
+                Ok(o) => o,
+                Err(e) => {
+                    return Some(Err(RecordError {
+                        record: self.number,
+                        field: None,
+                        reason: format!("not a JSON object: {e}"),
+                    }))
+                }
+            };
+            let schema = &self.schema;
+            return Some(typed_row(self.number, schema, |i| {
+                let (name, ty) = &schema.fields[i];
+                Self::json_value(object.get(name), *ty)
+            }));
+        }
+    }
+
+    fn byte_offset(&self) -> u64 {
+        self.offset
+    }
+}

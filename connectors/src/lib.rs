@@ -1,0 +1,32 @@
+//! # strata-connectors: sources and sinks
+//!
+//! * [`FileSource`]: Parquet, CSV and JSON-lines input as typed [`Row`]s,
+//!   replayable from a [`Position`].
+//! * [`FileSink`]: JSON-lines part files committed on checkpoint
+//!   completion (two-phase commit), so output is exactly-once across crashes.
+//! * [`Throttle`]: records-per-second pacing for sources and sinks.
+//!
+//! ```no_run
+//! use strata_connectors::{FileSource, Format, Position, Schema, FieldType};
+//! let schema = Schema::new(&[("origin", FieldType::String), ("delay", FieldType::Int64)]);
+//! let mut src = FileSource::open("flights.csv".as_ref(), Format::Csv, &schema, Position::default())?;
+//! while let Some(row) = src.next_row() {
+//!     match row {
+//!         Ok(row) => println!("{:?}", row.values),
+//!         Err(bad) => eprintln!("{bad}"),
+//!     }
+//! }
+//! # Ok::<(), strata_connectors::ConnectorError>(())
+//! ```
+
+mod error;
+mod file_sink;
+mod file_source;
+mod row;
+mod throttle;
+
+pub use error::{ConnectorError, RecordError, Result};
+pub use file_sink::{FileSink, PendingFile, SinkState};
+pub use file_source::{FileSource, Format, Position};
+pub use row::{format_timestamp, parse_text, FieldType, Row, Schema, Value};
+pub use throttle::Throttle;

@@ -1,0 +1,171 @@
+//! Rows: what file sources produce, typed by a [`Schema`] the job declares.
+
+use crate::error::RecordError;
+
+/// The type of a column as a job wants it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldType {
+    /// UTF-8 text.
+    String,
+    /// A 64-bit signed integer (smaller integer columns are widened).
+    Int64,
+    /// A 64-bit float (integer columns are converted).
+    Float64,
+    /// A point in time, as milliseconds since the Unix epoch. Read from
+    /// Parquet timestamp/date columns, or from text as
+    /// `YYYY-MM-DDTHH:MM[:SS[.fff]]`, `YYYY-MM-DD HH:MM[:SS]`, `YYYY/MM/DD HH:MM`
+    /// (taken as UTC), RFC 3339, or an integer of milliseconds.
+    Timestamp,
+}
+
+impl FieldType {
+    /// A short name for error messages.
+    pub fn label(self) -> &'static str {
+        match self {
+            FieldType::String => "string",
+            FieldType::Int64 => "integer",
+            FieldType::Float64 => "float",
+            FieldType::Timestamp => "timestamp",
+        }
+    }
+}
+
+/// The columns a job reads, by name and type, in the order [`Row`] holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema {
+    /// (name, type) pairs.
+    pub fields: Vec<(String, FieldType)>,
+}
+
+impl Schema {
+    /// A schema from (name, type) pairs.
+    pub fn new(fields: &[(&str, FieldType)]) -> Self {
+        Self {
+            fields: fields.iter().map(|(n, t)| ((*n).to_owned(), *t)).collect(),
+        }
+    }
+}
+
+/// One field's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Absent (SQL NULL, JSON null, empty CSV cell).
+    Null,
+    /// Text.
+    String(String),
+    /// An integer.
+    Int64(i64),
+    /// A float.
+    Float64(f64),
+    /// Milliseconds since the Unix epoch.
+    Timestamp(i64),
+}
+
+/// One input record: values in schema order, and its 1-based position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The record's 1-based position in the input.
+    pub number: u64,
+    /// Values, in the order of the schema's fields.
+    pub values: Vec<Value>,
+}
+
+impl Row {
+    fn error(&self, schema: &Schema, i: usize, reason: String) -> RecordError {
+        RecordError {
+            record: self.number,
+            field: schema.fields.get(i).map(|(n, _)| n.clone()),
+            reason,
+        }
+    }
+
+    /// Takes field `i` as a string; `Null` is an error naming the field.
+    pub fn take_string(&mut self, schema: &Schema, i: usize) -> Result<String, RecordError> {
+        match std::mem::replace(&mut self.values[i], Value::Null) {
+            Value::String(s) => Ok(s),
+            other => Err(self.error(schema, i, format!("expected a string, got {other:?}"))),
+        }
+    }
+
+    /// Field `i` as an integer.
+    pub fn int64(&self, schema: &Schema, i: usize) -> Result<i64, RecordError> {
+        match self.values[i] {
+            Value::Int64(v) => Ok(v),
+            ref other => Err(self.error(schema, i, format!("expected an integer, got {other:?}"))),
+        }
+    }
+
+    /// Field `i` as a timestamp (ms since the epoch).
+    pub fn timestamp(&self, schema: &Schema, i: usize) -> Result<i64, RecordError> {
+        match self.values[i] {
+            Value::Timestamp(v) => Ok(v),
+            ref other => Err(self.error(schema, i, format!("expected a timestamp, got {other:?}"))),
+        }
+    }
+}
+
+/// Parses text as a value of type `ty` (the rules of [`FieldType`]).
+/// An empty string is `Null`.
+pub fn parse_text(text: &str, ty: FieldType) -> Result<Value, String> {
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    let bad = |what: &str| format!("'{text}' is not {what}");
+    match ty {
+        FieldType::String => Ok(Value::String(text.to_owned())),
+        FieldType::Int64 => text.trim().parse().map(Value::Int64).map_err(|_| bad("an integer")),
+        FieldType::Float64 => text.trim().parse().map(Value::Float64).map_err(|_| bad("a number")),
+        FieldType::Timestamp => parse_timestamp(text.trim())
+            .map(Value::Timestamp)
+            .ok_or_else(|| bad("a timestamp (e.g. 2001-01-01T00:01:00)")),
+    }
+}
+
+fn parse_timestamp(text: &str) -> Option<i64> {
+    const FORMATS: [&str; 6] = [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+        "%Y/%m/%d %H:%M:%S",
+        "%Y/%m/%d %H:%M",
+    ];
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(t.timestamp_millis());
+    }
+    FORMATS
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
+        .map(|t| t.and_utc().timestamp_millis())
+        .or_else(|| text.parse::<i64>().ok())
+}
+
+/// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS` (UTC).
+pub fn format_timestamp(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_parse_in_the_documented_forms() {
+        let want = Value::Timestamp(978_307_260_000);
+        for t in ["2001-01-01T00:01:00", "2001-01-01 00:01", "2001/01/01 00:01", "2001-01-01T00:01:00Z"] {
+            assert_eq!(parse_text(t, FieldType::Timestamp), Ok(want.clone()), "{t}");
+        }
+        assert_eq!(format_timestamp(978_307_260_000), "2001-01-01T00:01:00");
+    }
+
+    #[test]
+    fn bad_text_names_the_value() {
+        assert_eq!(
+            parse_text("abc", FieldType::Int64),
+            Err("'abc' is not an integer".to_owned())
+        );
+        assert_eq!(parse_text("", FieldType::Int64), Ok(Value::Null));
+    }
+}

@@ -1,0 +1,348 @@
+//! Checkpoints: storage layout, metadata, and the coordinator.
+//!
+//! ## Protocol (asynchronous barrier snapshots)
+//! Every `checkpoint.interval`, the coordinator asks the source to start
+//! checkpoint N. The source records its position and emits barrier N on all
+//! its edges. A keyed operator, once barrier N has arrived on all its inputs,
+//! flushes L1's dirty entries to L2, takes a RocksDB checkpoint (hard
+//! links), forwards the barrier at once, and moves the new SST files to
+//! storage off the processing path. A sink closes its part file as pending.
+//! Each task acknowledges with its [`TaskSnapshot`]. When all have, the
+//! coordinator writes `chk-N/_metadata` atomically (temporary file, fsync,
+//! rename) — only then does checkpoint N exist — and publishes "N completed"
+//! on a watch channel, so a task that misses a notice sees the later one,
+//! which subsumes it. Sinks commit then. At most one checkpoint is in flight.
+//!
+//! ## Layout of a checkpoint directory
+//! ```text
+//! <dir>/chk-<N>/_metadata        JSON CheckpointMetadata (present = completed)
+//! <dir>/chk-<N>/op-<i>/...       private RocksDB files of operator instance i
+//! <dir>/shared/<run>-<n>.sst     SST files, shared by successive checkpoints
+//! <dir>/_work/                   live RocksDB directories (never restored from)
+//! ```
+//! Retention keeps the last `checkpoint.retained` completed checkpoints and
+//! deletes the files only dropped ones used.
+
+use crate::error::{Result, RuntimeError};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use strata_cache::key_group::KeyGroupRange;
+use strata_cache::snapshot::SnapshotManifest;
+use strata_connectors::{Position, SinkState};
+use tokio::sync::{mpsc, watch};
+
+/// The source's part of a checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceSnapshot {
+    /// Where to resume reading.
+    pub position: Position,
+    /// The dead-letter output's pending files.
+    pub dead_letter: SinkState,
+    /// Bad records routed to the dead-letter output so far.
+    pub dead_letters: u64,
+}
+
+/// One keyed operator instance's part of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorSnapshot {
+    /// The instance's index.
+    pub index: u32,
+    /// The key groups it owns.
+    pub key_groups: KeyGroupRange,
+    /// Its watermark at the barrier (ms).
+    pub watermark: i64,
+    /// Its L2 files.
+    pub manifest: SnapshotManifest,
+    /// Bytes this checkpoint newly stored for it.
+    pub new_bytes: u64,
+}
+
+/// What a task acknowledges a checkpoint with.
+#[derive(Debug, Clone)]
+pub(crate) enum TaskSnapshot {
+    Source(SourceSnapshot),
+    Operator(OperatorSnapshot),
+    Sink(u32, SinkState),
+}
+
+/// Messages to the coordinator.
+#[derive(Debug)]
+pub(crate) enum Ack {
+    /// Task part of checkpoint `id`.
+    Snapshot(u64, TaskSnapshot),
+    /// The source read all its input: take the final checkpoint now.
+    SourceFinished,
+}
+
+/// `chk-N/_metadata`: a completed checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// Checkpoint id (grows across restores).
+    pub id: u64,
+    /// The job's name.
+    pub job: String,
+    /// Wall-clock completion time, ms since the epoch.
+    pub completed_at_ms: i64,
+    /// Key groups.
+    pub max_parallelism: u32,
+    /// Keyed operator instances.
+    pub parallelism: u32,
+    /// The source's position.
+    pub source: SourceSnapshot,
+    /// Keyed operator instances, by index.
+    pub operators: Vec<OperatorSnapshot>,
+    /// Sink instances' states, by index.
+    pub sinks: Vec<SinkState>,
+    /// Trigger to completion, ms.
+    pub duration_ms: u64,
+    /// Total bytes of the state files the checkpoint references.
+    pub state_bytes: u64,
+    /// Bytes this checkpoint newly stored (incremental size).
+    pub new_bytes: u64,
+    /// Whether this is the final checkpoint of a finished input.
+    pub is_final: bool,
+}
+
+/// A checkpoint directory.
+#[derive(Debug, Clone)]
+pub struct CheckpointStorage {
+    root: PathBuf,
+}
+
+impl CheckpointStorage {
+    /// Storage rooted at `root` (created if absent).
+    pub fn open(root: &Path) -> Result<Self> {
+        fs::create_dir_all(root).map_err(RuntimeError::io(root))?;
+        Ok(Self { root: root.to_owned() })
+    }
+
+    /// Opens existing storage for reading; a missing directory is an error.
+    pub fn existing(root: &Path) -> Result<Self> {
+        if !root.is_dir() {
+            return Err(RuntimeError::checkpoint(root, "no such checkpoint directory"));
+        }
+        Ok(Self { root: root.to_owned() })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn dir_of(&self, id: u64) -> PathBuf {
+        self.root.join(format!("chk-{id}"))
+    }
+
+    /// Every completed checkpoint, oldest first.
+    pub fn list(&self) -> Result<Vec<CheckpointMetadata>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.root).map_err(RuntimeError::io(&self.root))? {
+            let path = entry.map_err(RuntimeError::io(&self.root))?.path().join("_metadata");
+            if !path.is_file() {
+                continue;
+            }
+            let text = fs::read_to_string(&path).map_err(RuntimeError::io(&path))?;
+            let meta: CheckpointMetadata =
+                serde_json::from_str(&text).map_err(|e| RuntimeError::checkpoint(&path, format!("unreadable metadata: {e}")))?;
+            out.push(meta);
+        }
+        out.sort_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    /// The newest completed checkpoint, if any.
+    pub fn latest(&self) -> Result<Option<CheckpointMetadata>> {
+        Ok(self.list()?.pop())
+    }
+
+    /// Writes `meta` atomically: after this returns, the checkpoint exists.
+    pub(crate) fn commit(&self, meta: &CheckpointMetadata) -> Result<()> {
+        let dir = self.dir_of(meta.id);
+        fs::create_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+        let tmp = dir.join("_metadata.tmp");
+        let body = serde_json::to_vec_pretty(meta).map_err(|e| RuntimeError::checkpoint(&tmp, e))?;
+        {
+            use std::io::Write;
+            let mut f = fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
+            f.write_all(&body).map_err(RuntimeError::io(&tmp))?;
+            f.sync_all().map_err(RuntimeError::io(&tmp))?;
+        }
+        fs::rename(&tmp, dir.join("_metadata")).map_err(RuntimeError::io(&tmp))?;
+        fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(RuntimeError::io(&dir))
+    }
+
+    fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
+        meta.operators.iter().flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
+    }
+
+    /// Keeps the newest `keep` completed checkpoints; deletes the others and
+    /// the shared files only they used.
+    pub(crate) fn retain(&self, keep: usize) -> Result<()> {
+        let all = self.list()?;
+        if all.len() <= keep {
+            return Ok(());
+        }
+        let (dropped, kept) = all.split_at(all.len() - keep);
+        let live: HashSet<&str> = kept.iter().flat_map(Self::objects).collect();
+        for meta in dropped {
+            for object in Self::objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o)) {
+                let _ = fs::remove_file(self.root.join(object));
+            }
+            let dir = self.dir_of(meta.id);
+            fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes what no completed checkpoint references: directories of
+    /// checkpoints that never completed and shared files they alone stored.
+    /// Call only while no checkpoint is in flight (at job start).
+    pub(crate) fn sweep_incomplete(&self) -> Result<()> {
+        let all = self.list()?;
+        let live: HashSet<String> = all.iter().flat_map(Self::objects).map(str::to_owned).collect();
+        for entry in fs::read_dir(&self.root).map_err(RuntimeError::io(&self.root))? {
+            let path = entry.map_err(RuntimeError::io(&self.root))?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            if name.starts_with("chk-") && !path.join("_metadata").is_file() {
+                fs::remove_dir_all(&path).map_err(RuntimeError::io(&path))?;
+            }
+        }
+        let shared = self.root.join("shared");
+        if let Ok(files) = fs::read_dir(&shared) {
+            for f in files.flatten() {
+                let object = format!("shared/{}", f.file_name().to_string_lossy());
+                if !live.contains(&object) {
+                    let _ = fs::remove_file(f.path());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Figures of one completed checkpoint, for the run's report.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CheckpointStats {
+    /// Its id.
+    pub id: u64,
+    /// Trigger to completion, ms.
+    pub duration_ms: u64,
+    /// Total referenced state bytes.
+    pub state_bytes: u64,
+    /// Newly stored bytes.
+    pub new_bytes: u64,
+}
+
+struct InFlight {
+    id: u64,
+    started: Instant,
+    source: Option<SourceSnapshot>,
+    operators: Vec<Option<OperatorSnapshot>>,
+    sinks: Vec<Option<SinkState>>,
+    is_final: bool,
+}
+
+/// Triggers checkpoints, collects acknowledgements, commits metadata and
+/// notifies tasks.
+pub(crate) struct Coordinator {
+    pub(crate) storage: CheckpointStorage,
+    pub(crate) job: String,
+    pub(crate) interval: std::time::Duration,
+    pub(crate) retained: usize,
+    pub(crate) max_parallelism: u32,
+    pub(crate) parallelism: u32,
+    pub(crate) next_id: u64,
+    pub(crate) trigger: mpsc::Sender<u64>,
+    pub(crate) acks: mpsc::Receiver<Ack>,
+    pub(crate) completed: watch::Sender<u64>,
+}
+
+impl Coordinator {
+    /// Runs until the final checkpoint completes; returns every checkpoint's figures.
+    pub(crate) async fn run(mut self) -> Result<Vec<CheckpointStats>> {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        let mut in_flight: Option<InFlight> = None;
+        let mut finish_requested = false;
+        let mut stats = Vec::new();
+        loop {
+            tokio::select! {
+                _ = ticker.tick(), if in_flight.is_none() && !finish_requested => {
+                    in_flight = Some(self.start(false).await?);
+                }
+                ack = self.acks.recv() => {
+                    match ack.ok_or(RuntimeError::Disconnected)? {
+                        Ack::SourceFinished => finish_requested = true,
+                        Ack::Snapshot(id, snap) => {
+                            let Some(flight) = in_flight.as_mut().filter(|f| f.id == id) else { continue };
+                            record(flight, snap);
+                            if let Some(meta) = self.complete(flight) {
+                                self.storage.commit(&meta)?;
+                                self.storage.retain(self.retained)?;
+                                let _ = self.completed.send(meta.id);
+                                stats.push(CheckpointStats { id: meta.id, duration_ms: meta.duration_ms, state_bytes: meta.state_bytes, new_bytes: meta.new_bytes });
+                                in_flight = None;
+                                if meta.is_final {
+                                    return Ok(stats);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if finish_requested && in_flight.is_none() {
+                in_flight = Some(self.start(true).await?);
+            }
+        }
+    }
+
+    async fn start(&mut self, is_final: bool) -> Result<InFlight> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.trigger.send(id).await.map_err(|_| RuntimeError::Disconnected)?;
+        let n = self.parallelism as usize;
+        Ok(InFlight {
+            id,
+            started: Instant::now(),
+            source: None,
+            operators: vec![None; n],
+            sinks: vec![None; n],
+            is_final,
+        })
+    }
+
+    fn complete(&self, f: &InFlight) -> Option<CheckpointMetadata> {
+        let source = f.source.clone()?;
+        let operators: Vec<OperatorSnapshot> = f.operators.iter().cloned().collect::<Option<_>>()?;
+        let sinks: Vec<SinkState> = f.sinks.iter().cloned().collect::<Option<_>>()?;
+        Some(CheckpointMetadata {
+            id: f.id,
+            job: self.job.clone(),
+            completed_at_ms: chrono::Utc::now().timestamp_millis(),
+            max_parallelism: self.max_parallelism,
+            parallelism: self.parallelism,
+            state_bytes: operators.iter().map(|o| o.manifest.total_bytes()).sum(),
+            new_bytes: operators.iter().map(|o| o.new_bytes).sum(),
+            source,
+            operators,
+            sinks,
+            duration_ms: f.started.elapsed().as_millis() as u64,
+            is_final: f.is_final,
+        })
+    }
+}
+
+fn record(f: &mut InFlight, snap: TaskSnapshot) {
+    match snap {
+        TaskSnapshot::Source(s) => f.source = Some(s),
+        TaskSnapshot::Operator(o) => {
+            let i = o.index as usize;
+            f.operators[i] = Some(o);
+        }
+        TaskSnapshot::Sink(i, s) => f.sinks[i as usize] = Some(s),
+    }
+}

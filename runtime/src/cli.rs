@@ -1,0 +1,171 @@
+//! The `strata` command line.
+//!
+//! ```text
+//! strata run route-history --input <file> --output <dir> [--checkpoint-dir <dir>]
+//!        [--restore latest] [--config <file.toml>] [-D key=value ...] [--metrics-addr <host:port>]
+//! strata checkpoints list <checkpoint-dir>
+//! strata state get <checkpoint-dir> <state-name> <key>
+//! ```
+
+use crate::config::JobConfig;
+use crate::error::{Result, RuntimeError};
+use crate::jobs::route_history::{self, RouteHistory};
+use crate::pipeline::{JobReport, Pipeline};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// strata: a stream processor with tiered keyed state.
+#[derive(Debug, Parser)]
+#[command(name = "strata", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a built-in job to the end of its input.
+    Run(RunArgs),
+    /// Inspect checkpoints.
+    Checkpoints {
+        #[command(subcommand)]
+        command: CheckpointsCommand,
+    },
+    /// Read keyed state from the latest completed checkpoint.
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Job {
+    /// Per flight: count and mean delay of its route's flights in the last 60 days.
+    RouteHistory,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RestoreFrom {
+    /// The newest completed checkpoint.
+    Latest,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The job to run.
+    job: Job,
+    /// Input file (.parquet, .csv or .jsonl).
+    #[arg(long)]
+    input: PathBuf,
+    /// Output directory (JSON-lines part files appear on checkpoint completion).
+    #[arg(long)]
+    output: PathBuf,
+    /// Checkpoint directory [default: <output>/_checkpoints].
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Continue from a checkpoint instead of starting fresh.
+    #[arg(long)]
+    restore: Option<RestoreFrom>,
+    /// A TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override a configuration key, e.g. -D checkpoint.interval=2s (repeatable).
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9249.
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointsCommand {
+    /// List completed checkpoints, oldest first.
+    List { dir: PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+enum StateCommand {
+    /// Print one key's state as JSON (route-history keys are written LAS-PHL).
+    Get { dir: PathBuf, state: String, key: String },
+}
+
+/// Runs the CLI; the error's `Display` is the one-line reason to print.
+pub fn main(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(args) => {
+            let report = run(args)?;
+            eprintln!("{}", summary(&report));
+            Ok(())
+        }
+        Command::Checkpoints {
+            command: CheckpointsCommand::List { dir },
+        } => {
+            for line in crate::inspect::list_checkpoints(&dir)? {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Command::State {
+            command: StateCommand::Get { dir, state, key },
+        } => {
+            let json = crate::inspect::with_key_state(&dir, &route_history::states(), key.as_bytes(), |store, meta| {
+                if meta.job != "route-history" {
+                    return Err(RuntimeError::checkpoint(&dir, format!("holds job '{}', which has no state reader", meta.job)));
+                }
+                let value = route_history::render_state(store, &state, key.as_bytes())?;
+                Ok(serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}))
+            })?;
+            println!("{json}");
+            Ok(())
+        }
+    }
+}
+
+fn run(args: RunArgs) -> Result<JobReport> {
+    let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
+    let Job::RouteHistory = args.job;
+    let mut pipeline = Pipeline::new("route-history", config, RouteHistory::default)
+        .file_source(&args.input, route_history::schema(), route_history::parse)
+        .key_by(route_history::key)
+        .timestamps(|f| f.date)
+        .jsonl_sink(&args.output)
+        .restore_latest(args.restore.is_some())
+        .metrics_addr(args.metrics_addr);
+    if let Some(dir) = args.checkpoint_dir {
+        pipeline = pipeline.checkpoint_dir(dir);
+    }
+    pipeline.run()
+}
+
+/// The end-of-run summary printed to stderr (also parsed by tests and benchmarks).
+pub fn summary(r: &JobReport) -> String {
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let last = r.checkpoints.last();
+    let mean_ms = if r.checkpoints.is_empty() {
+        0
+    } else {
+        r.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / r.checkpoints.len() as u64
+    };
+    format!(
+        "strata: done. records_in={} records_out={} dead_letters={} elapsed_s={:.2} records_per_s={:.0} \
+         restored_from={} restore_ms={} checkpoints={} checkpoint_mean_ms={} checkpoint_last_state_bytes={} \
+         l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={}",
+        r.records_in,
+        r.records_out,
+        r.dead_letters,
+        secs,
+        r.records_in as f64 / secs,
+        r.restored_from.map_or("none".into(), |id| id.to_string()),
+        r.restore_time.as_millis(),
+        r.checkpoints.len(),
+        mean_ms,
+        last.map_or(0, |c| c.state_bytes),
+        r.tiers.l1_hits,
+        r.tiers.l1_misses,
+        r.tiers.l1_hit_ratio(),
+        r.tiers.l2_hits,
+        r.tiers.l2_misses,
+        r.tiers.l2_hit_ratio(),
+        r.tiers.l1_spills,
+    )
+}

@@ -1,0 +1,259 @@
+//! Job configuration: one TOML file, overridable key by key with `-D`.
+//!
+//! Every key, its meaning, default and allowed range (see also the README):
+//!
+//! | key | default | allowed | meaning |
+//! |---|---|---|---|
+//! | `parallelism` | cores | 1–256 | instances of each keyed operator (and sink) |
+//! | `max-parallelism` | 128 | parallelism–32768 | key groups |
+//! | `checkpoint.interval` | `10s` | 100ms–1d | time between checkpoint triggers |
+//! | `checkpoint.retained` | 3 | 1–100 | completed checkpoints kept |
+//! | `state.l1.capacity` | `64MB` | 64KB–1TB | L1 (moka) bytes, split over instances |
+//! | `state.l2.memory` | `256MB` | 8MB–1TB | RocksDB block cache + memtables, whole process |
+//! | `state.local-dir` | `<checkpoint-dir>/_work` | path | live RocksDB directories (same file system as the checkpoints, for hard links) |
+//! | `source.max-records-per-second` | absent = unthrottled | 1–10⁹ | source throttle |
+//! | `sink.max-records-per-second` | absent = unthrottled | 1–10⁹ | sink throttle, shared by the sink instances |
+//! | `channel.capacity` | 16 | 1–65536 | batches buffered on each edge |
+//! | `channel.batch-size` | 512 | 1–65536 | records per batch |
+//! | `watermark.out-of-orderness` | `0s` | 0–365d | how far behind the newest timestamp a record may be |
+//! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
+//!
+//! Sizes take units (`KB`, `MB`, `GB`, `KiB`, `MiB`, `GiB`); durations take
+//! humantime units (`500ms`, `2s`, `60days`).
+
+use crate::error::{Result, RuntimeError};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a bad record does (`bad-input.policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum BadInputPolicy {
+    /// Fail the job with a one-line error naming record, field and reason.
+    Fail,
+    /// Write the record's error to `dead-letter-*.jsonl` in the output
+    /// directory (exactly once, like the output), count it, and go on.
+    DeadLetter,
+}
+
+/// A validated job configuration.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JobConfig {
+    /// Instances of each keyed operator and sink.
+    pub parallelism: u32,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// Time between checkpoint triggers.
+    pub checkpoint_interval: Duration,
+    /// Completed checkpoints kept.
+    pub checkpoints_retained: usize,
+    /// L1 bytes for the whole process.
+    pub l1_capacity: u64,
+    /// L2 memory (block cache + memtables) for the whole process.
+    pub l2_memory: u64,
+    /// Live RocksDB directories; `None` = `<checkpoint-dir>/_work`.
+    pub local_dir: Option<PathBuf>,
+    /// Source throttle, records per second.
+    pub source_rate: Option<u64>,
+    /// Sink throttle, records per second for all sink instances together.
+    pub sink_rate: Option<u64>,
+    /// Batches buffered per edge.
+    pub channel_capacity: usize,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// Allowed lateness behind the newest timestamp, in milliseconds.
+    pub out_of_orderness_ms: i64,
+    /// Bad record handling.
+    pub bad_input: BadInputPolicy,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        Self {
+            parallelism: std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
+            max_parallelism: 128,
+            checkpoint_interval: Duration::from_secs(10),
+            checkpoints_retained: 3,
+            l1_capacity: 64_000_000,
+            l2_memory: 256_000_000,
+            local_dir: None,
+            source_rate: None,
+            sink_rate: None,
+            channel_capacity: 16,
+            batch_size: 512,
+            out_of_orderness_ms: 0,
+            bad_input: BadInputPolicy::Fail,
+        }
+    }
+}
+
+fn bad(key: &str, reason: impl ToString) -> RuntimeError {
+    RuntimeError::Config {
+        key: key.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads one leaf value as a string, whatever TOML type it was written as.
+fn text(key: &str, v: &toml::Value) -> Result<String> {
+    match v {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(i) => Ok(i.to_string()),
+        toml::Value::Float(f) => Ok(f.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        other => Err(bad(key, format!("expected a single value, got {other}"))),
+    }
+}
+
+fn number(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Result<u64> {
+    let t = text(key, v)?;
+    let n: u64 = t.trim().parse().map_err(|_| bad(key, format!("'{t}' is not a whole number")))?;
+    in_range(key, n, range, &t)
+}
+
+fn in_range(key: &str, n: u64, range: std::ops::RangeInclusive<u64>, shown: &str) -> Result<u64> {
+    if range.contains(&n) {
+        Ok(n)
+    } else {
+        Err(bad(key, format!("{shown} is outside the allowed range {}..={}", range.start(), range.end())))
+    }
+}
+
+fn size(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Result<u64> {
+    let t = text(key, v)?;
+    let n = t
+        .trim()
+        .parse::<bytesize::ByteSize>()
+        .map_err(|_| bad(key, format!("'{t}' is not a size (e.g. 64MB, 1GiB)")))?
+        .as_u64();
+    let shown = format!("{t}");
+    in_range(key, n, range, &shown).map_err(|_| {
+        bad(
+            key,
+            format!(
+                "{t} is outside the allowed range {}..={}",
+                bytesize::ByteSize(*range.start()),
+                bytesize::ByteSize(*range.end())
+            ),
+        )
+    })
+}
+
+fn duration(key: &str, v: &toml::Value, min: Duration, max: Duration) -> Result<Duration> {
+    let t = text(key, v)?;
+    let d = humantime::parse_duration(t.trim()).map_err(|e| bad(key, format!("'{t}' is not a duration (e.g. 2s, 500ms): {e}")))?;
+    if d < min || d > max {
+        return Err(bad(key, format!("{t} is outside the allowed range {}..={}", humantime::format_duration(min), humantime::format_duration(max))));
+    }
+    Ok(d)
+}
+
+impl JobConfig {
+    /// Builds a configuration from a TOML file (optional) and `-D key=value`
+    /// overrides, applied in order. Unknown keys and invalid values are
+    /// rejected with the key's name and the allowed range.
+    pub fn load(file: Option<&std::path::Path>, overrides: &[String]) -> Result<Self> {
+        let mut flat: Vec<(String, toml::Value)> = Vec::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(RuntimeError::io(path))?;
+            let table: toml::Table = text
+                .parse()
+                .map_err(|e: toml::de::Error| bad(&path.display().to_string(), e.message().to_owned()))?;
+            flatten("", &toml::Value::Table(table), &mut flat);
+        }
+        for o in overrides {
+            let (key, value) = o
+                .split_once('=')
+                .ok_or_else(|| bad(o, "a -D override must be written key=value"))?;
+            flat.push((key.trim().to_owned(), toml::Value::String(value.trim().to_owned())));
+        }
+        let mut config = JobConfig::default();
+        for (key, value) in &flat {
+            config.set(key, value)?;
+        }
+        if config.max_parallelism < config.parallelism {
+            return Err(bad("max-parallelism", format!("{} is below parallelism {}", config.max_parallelism, config.parallelism)));
+        }
+        Ok(config)
+    }
+
+    fn set(&mut self, key: &str, v: &toml::Value) -> Result<()> {
+        const GB: u64 = 1_000_000_000;
+        match key {
+            "parallelism" => self.parallelism = number(key, v, 1..=256)? as u32,
+            "max-parallelism" => self.max_parallelism = number(key, v, 1..=32768)? as u32,
+            "checkpoint.interval" => {
+                self.checkpoint_interval = duration(key, v, Duration::from_millis(100), Duration::from_secs(86_400))?
+            }
+            "checkpoint.retained" => self.checkpoints_retained = number(key, v, 1..=100)? as usize,
+            "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
+            "state.l2.memory" => self.l2_memory = size(key, v, 8_000_000..=1000 * GB)?,
+            "state.local-dir" => self.local_dir = Some(PathBuf::from(text(key, v)?)),
+            "source.max-records-per-second" => self.source_rate = Some(number(key, v, 1..=GB)?),
+            "sink.max-records-per-second" => self.sink_rate = Some(number(key, v, 1..=GB)?),
+            "channel.capacity" => self.channel_capacity = number(key, v, 1..=65536)? as usize,
+            "channel.batch-size" => self.batch_size = number(key, v, 1..=65536)? as usize,
+            "watermark.out-of-orderness" => {
+                self.out_of_orderness_ms =
+                    duration(key, v, Duration::ZERO, Duration::from_secs(365 * 86_400))?.as_millis() as i64
+            }
+            "bad-input.policy" => {
+                self.bad_input = match text(key, v)?.trim() {
+                    "fail" => BadInputPolicy::Fail,
+                    "dead-letter" => BadInputPolicy::DeadLetter,
+                    other => return Err(bad(key, format!("'{other}' is not one of: fail, dead-letter"))),
+                }
+            }
+            _ => return Err(bad(key, "unknown key (see the configuration table in the README)")),
+        }
+        Ok(())
+    }
+}
+
+fn flatten(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&key, v, out);
+            }
+        }
+        leaf => out.push((prefix.to_owned(), leaf.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(overrides: &[&str]) -> Result<JobConfig> {
+        JobConfig::load(None, &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn overrides_set_the_issue_keys() {
+        let c = load(&["checkpoint.interval=2s", "state.l1.capacity=1MB", "sink.max-records-per-second=20000"]).unwrap();
+        assert_eq!(c.checkpoint_interval, Duration::from_secs(2));
+        assert_eq!(c.l1_capacity, 1_000_000);
+        assert_eq!(c.sink_rate, Some(20_000));
+        assert_eq!(c.source_rate, None);
+    }
+
+    #[test]
+    fn a_toml_file_and_overrides_combine_and_later_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.toml");
+        std::fs::write(&path, "parallelism = 3\n[state.l1]\ncapacity = \"2MB\"\n").unwrap();
+        let c = JobConfig::load(Some(&path), &["parallelism=1".into()]).unwrap();
+        assert_eq!((c.parallelism, c.l1_capacity), (1, 2_000_000));
+    }
+
+    #[test]
+    fn invalid_values_name_the_key_and_range() {
+        let e = load(&["state.l1.capacity=1KB"]).unwrap_err().to_string();
+        assert!(e.contains("state.l1.capacity") && e.contains("allowed range"), "{e}");
+        let e = load(&["checkpoint.interval=soon"]).unwrap_err().to_string();
+        assert!(e.contains("checkpoint.interval") && e.contains("not a duration"), "{e}");
+        let e = load(&["no.such.key=1"]).unwrap_err().to_string();
+        assert!(e.contains("no.such.key") && e.contains("unknown key"), "{e}");
+    }
+}

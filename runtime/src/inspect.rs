@@ -1,0 +1,90 @@
+//! Reading checkpoints without running a job: list them, and read one key's
+//! state from the latest (the `strata checkpoints` and `strata state` commands).
+
+use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
+use crate::error::{Result, RuntimeError};
+use std::path::Path;
+use strata_cache::key_group::{key_group_of, KeyGroupRange};
+use strata_cache::{snapshot, StateDescriptor, StateStore};
+
+/// One line per completed checkpoint: id, completion time, duration, sizes,
+/// source position.
+pub fn list_checkpoints(dir: &Path) -> Result<Vec<String>> {
+    let all = CheckpointStorage::existing(dir)?.list()?;
+    Ok(all
+        .iter()
+        .map(|m| {
+            let when = chrono::DateTime::from_timestamp_millis(m.completed_at_ms)
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .unwrap_or_default();
+            format!(
+                "chk-{:<6} {when}  job={} duration={}ms state={}B new={}B records={}{}",
+                m.id,
+                m.job,
+                m.duration_ms,
+                m.state_bytes,
+                m.new_bytes,
+                m.source.position.records,
+                if m.is_final { " final" } else { "" }
+            )
+        })
+        .collect())
+}
+
+/// The latest completed checkpoint in `dir`, or an error saying there is none.
+pub fn latest(dir: &Path) -> Result<CheckpointMetadata> {
+    CheckpointStorage::existing(dir)?
+        .latest()?
+        .ok_or_else(|| RuntimeError::checkpoint(dir, "holds no completed checkpoint"))
+}
+
+/// Restores the operator instance that owns `key` from the latest checkpoint
+/// into a temporary directory and calls `read` with its store. The store sees
+/// the checkpoint's watermark, so expired state stays hidden.
+pub fn with_key_state<T>(
+    dir: &Path,
+    states: &[StateDescriptor],
+    key: &[u8],
+    read: impl FnOnce(&StateStore, &CheckpointMetadata) -> Result<T>,
+) -> Result<T> {
+    let meta = latest(dir)?;
+    let kg = key_group_of(key, meta.max_parallelism);
+    let index = KeyGroupRange::operator_for(kg, meta.max_parallelism, meta.parallelism) as usize;
+    let op = meta
+        .operators
+        .get(index)
+        .ok_or_else(|| RuntimeError::checkpoint(dir, format!("checkpoint {} lacks operator {index}", meta.id)))?;
+    let tmp = tempdir(dir)?;
+    snapshot::restore(dir, &op.manifest, tmp.path())?;
+    let mut builder = StateStore::builder(tmp.path())
+        .max_parallelism(meta.max_parallelism)
+        .l2_memory(16 << 20)
+        .state(StateDescriptor::value(crate::task::keyed::TIMERS_STATE));
+    for s in states {
+        builder = builder.state(s.clone());
+    }
+    let store = builder.open()?;
+    store.clock().advance_watermark(op.watermark);
+    read(&store, &meta)
+}
+
+fn tempdir(near: &Path) -> Result<TempDir> {
+    let path = near.join(format!("_inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&path).map_err(RuntimeError::io(&path))?;
+    Ok(TempDir(path))
+}
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

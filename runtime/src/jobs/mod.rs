@@ -1,0 +1,3 @@
+//! Jobs built into the `strata` CLI.
+
+pub mod route_history;

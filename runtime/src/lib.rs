@@ -1,0 +1,31 @@
+//! # strata-runtime: the dataflow runtime
+//!
+//! A job is a [`Pipeline`]: a file source, a key-by, a
+//! [`KeyedProcessFunction`] running with tiered keyed state
+//! ([`strata_cache`]), and a transactional JSON-lines sink. Tasks are tokio
+//! tasks joined by bounded channels ([`channel`]): backpressure travels from
+//! the slowest task back to the source, which stops reading. Checkpoints are
+//! asynchronous barrier snapshots ([`checkpoint`]); a run restored from the
+//! latest completed checkpoint produces exactly the output of a run without a
+//! crash.
+//!
+//! The `strata` binary (module [`cli`]) runs the built-in [`jobs`] and
+//! inspects checkpoints.
+
+pub mod channel;
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+mod error;
+pub mod function;
+pub mod inspect;
+pub mod jobs;
+mod metrics;
+mod pipeline;
+pub mod progress;
+mod task;
+
+pub use config::{BadInputPolicy, JobConfig};
+pub use error::{Result, RuntimeError};
+pub use function::{Context, FunctionError, KeyedProcessFunction};
+pub use pipeline::{JobReport, Pipeline};

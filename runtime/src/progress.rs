@@ -1,0 +1,109 @@
+//! Progress of a running job: counters the tasks update, a reporter that
+//! shows them (an indicatif bar on a terminal, a log line every 10 s
+//! otherwise) and publishes them as Prometheus metrics every second.
+
+use crate::channel::TaskTimes;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use strata_cache::{StateStore, TierStats};
+
+/// Counters shared by a job's tasks.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Source progress: records (Parquet) or bytes (text) done.
+    pub done: AtomicU64,
+    /// Source progress: total records or bytes.
+    pub total: AtomicU64,
+    /// Records read by the source (good and bad).
+    pub records_in: AtomicU64,
+    /// Records processed by keyed operators.
+    pub records_processed: AtomicU64,
+    /// Records written by sinks.
+    pub records_out: AtomicU64,
+    /// Bad records routed to the dead-letter output.
+    pub dead_letters: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn source_at(&self, (done, total): (u64, u64)) {
+        self.records_in.fetch_add(1, Ordering::Relaxed);
+        self.done.store(done, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+    }
+}
+
+/// A named task's time accounting.
+pub(crate) struct TaskClock {
+    pub(crate) name: String,
+    pub(crate) times: Arc<TaskTimes>,
+    last: (u64, u64),
+}
+
+impl TaskClock {
+    pub(crate) fn new(name: String, times: Arc<TaskTimes>) -> Self {
+        Self {
+            name,
+            times,
+            last: (0, 0),
+        }
+    }
+}
+
+/// Sums the tier figures of several stores.
+pub(crate) fn tier_totals(stores: &[StateStore]) -> TierStats {
+    let mut total = TierStats::default();
+    for s in stores {
+        total.merge(&s.stats());
+    }
+    total
+}
+
+/// Runs until aborted: every second publishes metrics and redraws progress.
+pub(crate) async fn report(progress: Arc<Progress>, stores: Vec<StateStore>, mut clocks: Vec<TaskClock>) {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent}% ETA {eta} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let started = Instant::now();
+    let mut last_log = Instant::now();
+    let mut last_in = 0;
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        let records = progress.records_in.load(Ordering::Relaxed);
+        let rate = records - last_in;
+        last_in = records;
+        let tiers = tier_totals(&stores);
+        crate::metrics::publish(&progress, &tiers);
+        for c in &mut clocks {
+            let (idle, bp) = c.times.totals();
+            let (idle_ms, bp_ms) = ((idle - c.last.0) / 1_000_000, (bp - c.last.1) / 1_000_000);
+            c.last = (idle, bp);
+            crate::metrics::publish_task(&c.name, idle_ms.min(1000), bp_ms.min(1000));
+        }
+        let msg = format!(
+            "{records} records, {rate}/s, out {}, L1 hit {:.1}%",
+            progress.records_out.load(Ordering::Relaxed),
+            tiers.l1_hit_ratio() * 100.0
+        );
+        let (done, total) = (progress.done.load(Ordering::Relaxed), progress.total.load(Ordering::Relaxed));
+        match &bar {
+            Some(bar) => {
+                bar.set_length(total);
+                bar.set_position(done);
+                bar.set_message(msg);
+            }
+            None if last_log.elapsed() >= Duration::from_secs(10) => {
+                last_log = Instant::now();
+                eprintln!("[{:>5}s] {done}/{total} {msg}", started.elapsed().as_secs());
+            }
+            None => {}
+        }
+    }
+}

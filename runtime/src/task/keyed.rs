@@ -1,0 +1,173 @@
+//! A keyed operator instance: runs the user's [`KeyedProcessFunction`] over
+//! its key groups with a tiered [`StateStore`], fires event-time timers as
+//! the watermark advances, and snapshots its state at barriers.
+
+use super::Keyed;
+use crate::channel::{Event, InputGate, Message, Output};
+use crate::checkpoint::{Ack, OperatorSnapshot, TaskSnapshot};
+use crate::error::{Result, RuntimeError};
+use crate::function::{Context, KeyedProcessFunction, Timers};
+use crate::progress::Progress;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use strata_cache::key_group::KeyGroupRange;
+use strata_cache::snapshot::IncrementalUploader;
+use strata_cache::{StateStore, ValueState};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The reserved state that holds an instance's timers in checkpoints.
+pub(crate) const TIMERS_STATE: &str = "__timers";
+const TIMERS_KEY: &[u8] = b"__timers";
+
+pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
+    pub(crate) index: u32,
+    pub(crate) key_groups: KeyGroupRange,
+    pub(crate) function: F,
+    pub(crate) store: StateStore,
+    pub(crate) timers: Timers,
+    pub(crate) gate: InputGate<Keyed<F::In>>,
+    pub(crate) out: Output<F::Out>,
+    pub(crate) batch_size: usize,
+    pub(crate) uploader: Arc<Mutex<IncrementalUploader>>,
+    pub(crate) local_checkpoints: PathBuf,
+    pub(crate) acks: mpsc::Sender<Ack>,
+    pub(crate) progress: Arc<Progress>,
+}
+
+/// Waits for background uploads, surfacing the first failure.
+async fn join_uploads(uploads: Vec<JoinHandle<Result<()>>>) -> Result<()> {
+    for upload in uploads {
+        upload.await.map_err(|e| RuntimeError::Function(format!("checkpoint upload: {e}")))??;
+    }
+    Ok(())
+}
+
+fn failed(e: crate::function::FunctionError) -> RuntimeError {
+    RuntimeError::Function(e.to_string())
+}
+
+impl<F: KeyedProcessFunction> KeyedTask<F> {
+    /// Reads the timers a restored store holds.
+    pub(crate) fn restore_timers(store: &StateStore) -> Result<Timers> {
+        Ok(Self::timers_state(store)?.get(TIMERS_KEY)?.unwrap_or_default())
+    }
+
+    fn timers_state(store: &StateStore) -> Result<ValueState<Timers>> {
+        Ok(store.value_state::<Timers>(TIMERS_STATE)?)
+    }
+
+    pub(crate) async fn run(mut self) -> Result<()> {
+        self.function.open(&self.store).map_err(failed)?;
+        let mut buf = Vec::with_capacity(self.batch_size);
+        let mut uploads: Vec<JoinHandle<Result<()>>> = Vec::new();
+        loop {
+            match self.gate.next().await? {
+                Event::Records(batch) => {
+                    self.progress.records_processed.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    for r in batch {
+                        self.process(r, &mut buf)?;
+                        if buf.len() >= self.batch_size {
+                            self.emit(&mut buf).await?;
+                        }
+                    }
+                    self.emit(&mut buf).await?;
+                }
+                Event::Watermark(w) => {
+                    // The end of a bounded input (watermark = i64::MAX) fires
+                    // every timer but is no evidence that event time passed:
+                    // state TTL keeps measuring against the last data watermark.
+                    if w != i64::MAX {
+                        self.store.clock().advance_watermark(w);
+                    }
+                    self.fire_timers(w, &mut buf).await?;
+                    self.out.broadcast(|| Message::Watermark(w)).await?;
+                }
+                Event::Barrier(id) => {
+                    let (done, running) = uploads.into_iter().partition(JoinHandle::is_finished);
+                    uploads = running;
+                    join_uploads(done).await?;
+                    uploads.push(self.checkpoint(id).await?);
+                }
+                Event::End => break,
+            }
+        }
+        self.out.broadcast(|| Message::End).await?;
+        join_uploads(uploads).await
+    }
+
+    fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<F::Out>) -> Result<()> {
+        self.store.set_record_timestamp(r.ts);
+        let mut ctx = Context {
+            out: buf,
+            timers: &mut self.timers,
+            key: &r.key,
+            timestamp: r.ts,
+            watermark: self.store.clock().watermark(),
+        };
+        self.function.process(&r.key, r.value, &mut ctx).map_err(failed)
+    }
+
+    async fn emit(&mut self, buf: &mut Vec<F::Out>) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(buf, Vec::with_capacity(self.batch_size));
+        self.out.send(0, Message::Records(batch)).await
+    }
+
+    async fn fire_timers(&mut self, watermark: i64, buf: &mut Vec<F::Out>) -> Result<()> {
+        while let Some((ts, key)) = self.timers.pop_due(watermark) {
+            self.store.set_record_timestamp(ts);
+            let mut ctx = Context {
+                out: buf,
+                timers: &mut self.timers,
+                key: &key,
+                timestamp: ts,
+                watermark,
+            };
+            self.function.on_timer(&key, ts, &mut ctx).map_err(failed)?;
+            if buf.len() >= self.batch_size {
+                self.emit(buf).await?;
+            }
+        }
+        self.emit(buf).await
+    }
+
+    /// Takes the synchronous part of checkpoint `id` (timers into state, L1
+    /// flushed, RocksDB checkpoint), forwards the barrier, and moves the
+    /// files to storage in the background; the returned handle acknowledges.
+    async fn checkpoint(&mut self, id: u64) -> Result<JoinHandle<Result<()>>> {
+        Self::timers_state(&self.store)?.update(TIMERS_KEY, self.timers.clone())?;
+        let local = self.local_checkpoints.join(format!("chk-{id}"));
+        if local.exists() {
+            std::fs::remove_dir_all(&local).map_err(RuntimeError::io(&local))?;
+        }
+        std::fs::create_dir_all(&self.local_checkpoints).map_err(RuntimeError::io(&self.local_checkpoints))?;
+        self.store.checkpoint(&local)?;
+        self.out.broadcast(|| Message::Barrier(id)).await?;
+        let (uploader, acks, index, key_groups) = (self.uploader.clone(), self.acks.clone(), self.index, self.key_groups);
+        let watermark = self.store.clock().watermark();
+        Ok(tokio::spawn(async move {
+            let upload = tokio::task::spawn_blocking(move || {
+                let mut uploader = uploader.lock().unwrap_or_else(|p| p.into_inner());
+                let upload = uploader.upload(&local, &format!("chk-{id}/op-{index}"));
+                let _ = std::fs::remove_dir_all(&local);
+                upload
+            })
+            .await
+            .map_err(|e| RuntimeError::Function(format!("checkpoint upload: {e}")))??;
+            let snapshot = OperatorSnapshot {
+                index,
+                key_groups,
+                watermark,
+                manifest: upload.manifest,
+                new_bytes: upload.new_bytes,
+            };
+            acks.send(Ack::Snapshot(id, TaskSnapshot::Operator(snapshot)))
+                .await
+                .map_err(|_| RuntimeError::Disconnected)
+        }))
+    }
+}

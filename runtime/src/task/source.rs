@@ -1,0 +1,160 @@
+//! The source task: reads the input, routes records to keyed operator
+//! instances by key group, emits watermarks and barriers, and stops reading
+//! whenever an edge is full (backpressure).
+
+use super::Keyed;
+use crate::channel::{Message, Output};
+use crate::checkpoint::{Ack, SourceSnapshot, TaskSnapshot};
+use crate::config::BadInputPolicy;
+use crate::error::{Result, RuntimeError};
+use crate::pipeline::{KeyFn, ParseFn, TimestampFn};
+use crate::progress::Progress;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use strata_cache::key_group::{key_group_of, KeyGroupRange};
+use strata_connectors::{FileSink, FileSource, RecordError, Schema, Throttle};
+use tokio::sync::{mpsc, watch};
+
+pub(crate) struct SourceTask<I> {
+    pub(crate) source: FileSource,
+    pub(crate) schema: Schema,
+    pub(crate) parse: ParseFn<I>,
+    pub(crate) key_of: KeyFn<I>,
+    pub(crate) timestamp_of: TimestampFn<I>,
+    pub(crate) out: Output<Keyed<I>>,
+    pub(crate) max_parallelism: u32,
+    pub(crate) batch_size: usize,
+    pub(crate) throttle: Option<Throttle>,
+    pub(crate) policy: BadInputPolicy,
+    pub(crate) dead_letter: FileSink,
+    pub(crate) dead_letters: u64,
+    pub(crate) out_of_orderness_ms: i64,
+    pub(crate) triggers: mpsc::Receiver<u64>,
+    pub(crate) acks: mpsc::Sender<Ack>,
+    pub(crate) completed: watch::Receiver<u64>,
+    pub(crate) progress: Arc<Progress>,
+}
+
+struct Routing<I> {
+    batches: Vec<Vec<Keyed<I>>>,
+    since_watermark: usize,
+    max_ts: i64,
+    watermark: i64,
+}
+
+impl<I: Send + 'static> SourceTask<I> {
+    pub(crate) async fn run(mut self) -> Result<()> {
+        let n = self.out.len();
+        let mut routing = Routing {
+            batches: (0..n).map(|_| Vec::with_capacity(self.batch_size)).collect(),
+            since_watermark: 0,
+            max_ts: i64::MIN,
+            watermark: i64::MIN,
+        };
+        while let Some(row) = self.source.next_row() {
+            if let Ok(id) = self.triggers.try_recv() {
+                self.checkpoint(id, &mut routing).await?;
+            }
+            self.commit_if_completed()?;
+            let record = row.and_then(|row| (self.parse)(row, &self.schema));
+            match record {
+                Ok(record) => self.route(record, &mut routing).await?,
+                Err(bad) => self.bad_record(bad)?,
+            }
+            if let Some(t) = self.throttle.as_mut() {
+                t.acquire().await;
+            }
+            self.progress.source_at(self.source.progress());
+        }
+        self.flush(&mut routing).await?;
+        self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
+        self.acks.send(Ack::SourceFinished).await.map_err(|_| RuntimeError::Disconnected)?;
+        let id = self.triggers.recv().await.ok_or(RuntimeError::Disconnected)?;
+        self.checkpoint(id, &mut routing).await?;
+        self.out.broadcast(|| Message::End).await?;
+        while *self.completed.borrow_and_update() < id {
+            self.completed.changed().await.map_err(|_| RuntimeError::Disconnected)?;
+        }
+        self.commit_if_completed()
+    }
+
+    async fn route(&mut self, record: I, r: &mut Routing<I>) -> Result<()> {
+        let ts = (self.timestamp_of)(&record);
+        if ts <= r.watermark {
+            return self.bad_record(RecordError {
+                record: self.source.position().records,
+                field: None,
+                reason: format!(
+                    "timestamp {ts} ms is not after the watermark {} ms: the input is more out of order than watermark.out-of-orderness allows",
+                    r.watermark
+                ),
+            });
+        }
+        let key = (self.key_of)(&record);
+        let kg = key_group_of(&key, self.max_parallelism);
+        let target = KeyGroupRange::operator_for(kg, self.max_parallelism, self.out.len() as u32) as usize;
+        r.max_ts = r.max_ts.max(ts);
+        r.batches[target].push(Keyed { key, ts, value: record });
+        if r.batches[target].len() >= self.batch_size {
+            let batch = std::mem::replace(&mut r.batches[target], Vec::with_capacity(self.batch_size));
+            self.out.send(target, Message::Records(batch)).await?;
+        }
+        r.since_watermark += 1;
+        if r.since_watermark >= self.batch_size {
+            self.flush(r).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends every partial batch, then a watermark if it advanced.
+    async fn flush(&mut self, r: &mut Routing<I>) -> Result<()> {
+        for (i, batch) in r.batches.iter_mut().enumerate() {
+            if !batch.is_empty() {
+                let batch = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
+                self.out.send(i, Message::Records(batch)).await?;
+            }
+        }
+        r.since_watermark = 0;
+        let watermark = r.max_ts.saturating_sub(self.out_of_orderness_ms).saturating_sub(1);
+        if watermark > r.watermark {
+            r.watermark = watermark;
+            self.out.broadcast(|| Message::Watermark(watermark)).await?;
+        }
+        Ok(())
+    }
+
+    fn bad_record(&mut self, bad: RecordError) -> Result<()> {
+        match self.policy {
+            BadInputPolicy::Fail => Err(RuntimeError::BadRecord(bad)),
+            BadInputPolicy::DeadLetter => {
+                let line = serde_json::to_vec(&bad).map_err(|e| RuntimeError::Function(e.to_string()))?;
+                self.dead_letter.write_line(&line)?;
+                self.dead_letters += 1;
+                self.progress.dead_letters.store(self.dead_letters, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    async fn checkpoint(&mut self, id: u64, r: &mut Routing<I>) -> Result<()> {
+        self.flush(r).await?;
+        let snapshot = SourceSnapshot {
+            position: self.source.position(),
+            dead_letter: self.dead_letter.pre_commit(id)?,
+            dead_letters: self.dead_letters,
+        };
+        self.acks
+            .send(Ack::Snapshot(id, TaskSnapshot::Source(snapshot)))
+            .await
+            .map_err(|_| RuntimeError::Disconnected)?;
+        self.out.broadcast(|| Message::Barrier(id)).await
+    }
+
+    fn commit_if_completed(&mut self) -> Result<()> {
+        if self.completed.has_changed().unwrap_or(false) {
+            let id = *self.completed.borrow_and_update();
+            self.dead_letter.commit(id)?;
+        }
+        Ok(())
+    }
+}

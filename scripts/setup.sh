@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what building strata needs on a fresh Debian machine (RocksDB's
+# bindgen needs libclang and its headers; cmake for native builds), then
+# fetches the flights data. Safe to run again: it skips what is present.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+[ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
+ls /usr/lib/llvm-*/lib/clang/*/include/stdbool.h >/dev/null 2>&1 || need+=(libclang-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && apt-get install -y -qq "${need[@]}"
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}"
+  fi
+fi
+command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust with rustup first" >&2; exit 1; }
+"$STRATA_ROOT/scripts/fetch-data.sh"

@@ -1,0 +1,155 @@
+//! Helpers for strata's end-to-end tests: locating the `strata` binary and
+//! the flights data, running jobs, reading their output, and an independent
+//! batch computation of route-history to compare against.
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_owned()
+}
+
+/// The `strata` binary built in the same profile as this test.
+/// `scripts/test.sh` builds it before running the tests.
+pub fn strata_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe.parent().and_then(Path::parent).expect("target/<profile>").join("strata");
+    assert!(bin.is_file(), "{} is missing: build it first (scripts/test.sh does)", bin.display());
+    bin
+}
+
+/// The real flights file (`scripts/fetch-data.sh` downloads it). Its absence
+/// fails the test: nothing is skipped.
+pub fn flights_path() -> PathBuf {
+    let path = std::env::var_os("STRATA_FLIGHTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("data/flights-3m.parquet"));
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-data.sh", path.display());
+    path
+}
+
+/// Runs `strata` with `args` to completion.
+pub fn strata(args: &[&str]) -> Output {
+    Command::new(strata_bin()).args(args).output().expect("strata runs")
+}
+
+/// `key=value` pairs of the end-of-run summary line on stderr.
+pub fn summary(stderr: &[u8]) -> HashMap<String, String> {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("strata: done."))
+        .unwrap_or_else(|| panic!("no summary line in:\n{text}"));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// One output line of route-history, in a comparable form.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Line {
+    pub origin: String,
+    pub destination: String,
+    pub date: String,
+    pub delay: i64,
+    pub flights_60d: u64,
+    /// `avg_delay_60d` as f64 bits (exact comparison).
+    pub avg_bits: u64,
+}
+
+/// Reads every committed part file of `dir`, sorted (a multiset as a sorted list).
+pub fn read_output(dir: &Path) -> Vec<Line> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("output dir") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("part-") && name.ends_with(".jsonl")) {
+            continue;
+        }
+        for l in std::fs::read_to_string(&path).expect("part file").lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: bad line {l}: {e}"));
+            lines.push(Line {
+                origin: v["origin"].as_str().expect("origin").to_owned(),
+                destination: v["destination"].as_str().expect("destination").to_owned(),
+                date: v["date"].as_str().expect("date").to_owned(),
+                delay: v["delay"].as_i64().expect("delay"),
+                flights_60d: v["flights_60d"].as_u64().expect("flights_60d"),
+                avg_bits: v["avg_delay_60d"].as_f64().expect("avg").to_bits(),
+            });
+        }
+    }
+    lines.sort();
+    lines
+}
+
+/// Route-history computed as a batch, independently of strata: rows grouped
+/// by route in input order, then a two-pointer scan over each route's dates
+/// (valid because the file is sorted by date, which this checks).
+pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
+    let file = std::fs::File::open(parquet).expect("flights file");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .expect("parquet")
+        .build()
+        .expect("reader");
+    let mut routes: HashMap<(String, String), Vec<(i64, i64)>> = HashMap::new();
+    let mut last_date = i64::MIN;
+    for batch in reader {
+        let batch = batch.expect("batch");
+        let date = batch.column_by_name("date").unwrap().as_primitive::<TimestampMicrosecondType>().clone();
+        let delay = batch.column_by_name("delay").unwrap().as_primitive::<Int64Type>().clone();
+        let origin = batch.column_by_name("origin").unwrap().as_string::<i64>().clone();
+        let dest = batch.column_by_name("destination").unwrap().as_string::<i64>().clone();
+        for i in 0..batch.num_rows() {
+            let d = date.value(i) / 1000;
+            assert!(d >= last_date, "the flights file is not sorted by date");
+            last_date = d;
+            let route = (origin.value(i).to_owned(), dest.value(i).to_owned());
+            routes.entry(route).or_default().push((d, delay.value(i)));
+            assert!(!date.is_null(i) && !delay.is_null(i));
+        }
+    }
+    const WINDOW: i64 = 60 * 24 * 3600 * 1000;
+    let mut out = Vec::new();
+    for ((origin, destination), flights) in routes {
+        let (mut left, mut sum) = (0usize, 0i64);
+        for (right, &(d, delay)) in flights.iter().enumerate() {
+            sum += delay;
+            while flights[left].0 <= d - WINDOW {
+                sum -= flights[left].1;
+                left += 1;
+            }
+            let n = (right - left + 1) as u64;
+            out.push(Line {
+                origin: origin.clone(),
+                destination: destination.clone(),
+                date: chrono::DateTime::from_timestamp_millis(d).unwrap().naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string(),
+                delay,
+                flights_60d: n,
+                avg_bits: (sum as f64 / n as f64).to_bits(),
+            });
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The first difference between two sorted outputs, for a readable failure.
+pub fn first_difference(got: &[Line], want: &[Line]) -> Option<String> {
+    if got == want {
+        return None;
+    }
+    let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    Some(format!(
+        "{} lines vs {} expected; first difference at {i}: got {:?}, want {:?}",
+        got.len(),
+        want.len(),
+        got.get(i),
+        want.get(i)
+    ))
+}

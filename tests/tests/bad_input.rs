@@ -1,0 +1,133 @@
+//! Bad input gets a clear one-line error naming what is wrong (or, under the
+//! dead-letter policy, a count and a dead-letter record), never a panic.
+
+use arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow::record_batch::RecordBatch;
+use std::path::Path;
+use std::sync::Arc;
+use strata_tests::*;
+
+fn run(input: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    strata(&args)
+}
+
+/// Runs the job on `input` and returns its one-line error.
+fn one_line_error(input: &Path) -> String {
+    let out = tempfile::tempdir().unwrap();
+    let o = run(input, &out.path().join("out"), &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "bad input must fail the job: {stderr}");
+    assert!(!stderr.contains("panicked"), "a panic is not an error message: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
+    assert!(lines[0].starts_with("strata: error: "), "{stderr}");
+    lines[0].to_owned()
+}
+
+fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
+    let batch = RecordBatch::try_from_iter(columns).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+fn date() -> ArrayRef {
+    Arc::new(TimestampMicrosecondArray::from(vec![978_307_260_000_000]))
+}
+fn strings(v: &str) -> ArrayRef {
+    Arc::new(StringArray::from(vec![v]))
+}
+fn ints(v: i64) -> ArrayRef {
+    Arc::new(Int64Array::from(vec![v]))
+}
+
+#[test]
+fn a_missing_parquet_column_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.parquet");
+    write_parquet(&path, vec![("date", date()), ("distance", ints(1)), ("origin", strings("LAS")), ("destination", strings("PHL"))]);
+    let e = one_line_error(&path);
+    assert!(e.contains("missing column 'delay'"), "{e}");
+}
+
+#[test]
+fn a_parquet_column_of_the_wrong_type_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.parquet");
+    write_parquet(&path, vec![("date", date()), ("delay", strings("late")), ("distance", ints(1)), ("origin", strings("LAS")), ("destination", strings("PHL"))]);
+    let e = one_line_error(&path);
+    assert!(e.contains("column 'delay'") && e.contains("expected integer"), "{e}");
+}
+
+#[test]
+fn a_truncated_parquet_file_is_not_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("half.parquet");
+    let bytes = std::fs::read(flights_path()).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let e = one_line_error(&path);
+    assert!(e.contains("not a readable Parquet file"), "{e}");
+}
+
+#[test]
+fn an_empty_file_and_a_missing_file_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.csv");
+    std::fs::write(&empty, "").unwrap();
+    assert!(one_line_error(&empty).contains("is empty"));
+    let e = one_line_error(&dir.path().join("nope.parquet"));
+    assert!(e.contains("does not exist"), "{e}");
+}
+
+const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2176,LAS,PHL\n2001-01-01 00:02,abc,215,ATL,SAV\n2001-01-01 00:03,-5,215,LAS,PHL\n";
+
+#[test]
+fn a_wrong_value_fails_the_job_naming_record_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.csv");
+    std::fs::write(&path, CSV).unwrap();
+    let e = one_line_error(&path);
+    assert!(e.contains("record 2") && e.contains("field 'delay'") && e.contains("'abc' is not an integer"), "{e}");
+    let no_header = dir.path().join("g.csv");
+    std::fs::write(&no_header, "date,distance,origin,destination\n2001-01-01 00:01,1,LAS,PHL\n").unwrap();
+    assert!(one_line_error(&no_header).contains("missing column 'delay'"));
+}
+
+#[test]
+fn under_the_dead_letter_policy_bad_records_are_counted_and_kept_and_the_rest_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.jsonl");
+    let good = r#"{"date":"2001-01-01T00:01:00","delay":33,"distance":2176,"origin":"LAS","destination":"PHL"}"#;
+    let wrong = r#"{"date":"2001-01-01T00:02:00","delay":"x","distance":1,"origin":"LAS","destination":"PHL"}"#;
+    let truncated = r#"{"date":"2001-01-01T00:03:00","del"#;
+    std::fs::write(&path, format!("{good}\n{wrong}\n{good}\n{truncated}")).unwrap();
+    let out = dir.path().join("out");
+    let o = run(&path, &out, &["-D", "bad-input.policy=dead-letter"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(summary(&o.stderr)["dead_letters"], "2");
+    assert_eq!(read_output(&out).len(), 2);
+    let dead: String = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("dead-letter-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    let records: Vec<serde_json::Value> = dead.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 2, "{dead}");
+    assert_eq!(records[0]["record"], 2);
+    assert_eq!(records[0]["field"], "delay");
+    assert_eq!(records[1]["record"], 4);
+    // Under the default policy, the truncated last line fails the job.
+    std::fs::write(&path, format!("{good}\n{truncated}")).unwrap();
+    assert!(one_line_error(&path).contains("record 2"));
+}
+
+#[test]
+fn an_invalid_configuration_value_is_named_with_its_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&flights_path(), &dir.path().join("out"), &["-D", "state.l1.capacity=12XB"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && stderr.contains("state.l1.capacity") && stderr.contains("not a size"), "{stderr}");
+}

@@ -1,0 +1,65 @@
+//! route-history on the 3,000,000 real flights: the output equals an
+//! independent batch computation, with the default configuration and with a
+//! 1 MB L1 (where L2 must serve the misses); the CLI reads checkpoints back.
+
+use std::sync::OnceLock;
+use strata_tests::*;
+
+fn reference() -> &'static Vec<Line> {
+    static REF: OnceLock<Vec<Line>> = OnceLock::new();
+    REF.get_or_init(|| reference_route_history(&flights_path()))
+}
+
+fn run(dir: &std::path::Path, extra: &[&str]) -> std::collections::HashMap<String, String> {
+    let input = flights_path();
+    let out = dir.join("out");
+    let chk = dir.join("chk");
+    let mut args = vec!["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap(), "--checkpoint-dir", chk.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = strata(&args);
+    assert!(o.status.success(), "strata failed: {}", String::from_utf8_lossy(&o.stderr));
+    let figures = summary(&o.stderr);
+    eprintln!("figures {extra:?}: {figures:?}");
+    let got = read_output(&out);
+    if let Some(diff) = first_difference(&got, reference()) {
+        panic!("output differs from the batch computation: {diff}");
+    }
+    figures
+}
+
+#[test]
+fn output_for_all_flights_equals_the_batch_computation() {
+    let dir = tempfile::tempdir().unwrap();
+    let figures = run(dir.path(), &["-D", "checkpoint.interval=2s"]);
+    assert_eq!(figures["records_in"], "3000000");
+    assert_eq!(figures["records_out"], "3000000");
+    assert!(figures["checkpoints"].parse::<u32>().unwrap() >= 1);
+
+    let chk = dir.path().join("chk");
+    let list = strata(&["checkpoints", "list", chk.to_str().unwrap()]);
+    assert!(list.status.success());
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(listed.lines().count() >= 1 && listed.lines().count() <= 3, "retention keeps 3:\n{listed}");
+    assert!(listed.lines().last().unwrap().contains("final"), "{listed}");
+
+    // The last flight of LAS-PHL in the data fixes what the history must hold:
+    // the route's flights in the 60 days up to the newest event time.
+    let state = strata(&["state", "get", chk.to_str().unwrap(), "history", "LAS-PHL"]);
+    assert!(state.status.success(), "{}", String::from_utf8_lossy(&state.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+    let history = v["value"].as_array().unwrap();
+    let last = reference().iter().filter(|l| l.origin == "LAS" && l.destination == "PHL").max_by(|a, b| a.date.cmp(&b.date)).unwrap();
+    assert!(!history.is_empty());
+    assert!(history.len() as u64 >= last.flights_60d, "history {} < window of the last flight {}", history.len(), last.flights_60d);
+    assert_eq!(history.last().unwrap()["date"], last.date.as_str());
+}
+
+#[test]
+fn with_a_1mb_l1_the_output_is_unchanged_and_l2_serves_the_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let figures = run(dir.path(), &["-D", "state.l1.capacity=1MB"]);
+    let l2_hits: u64 = figures["l2_hits"].parse().unwrap();
+    let l1_misses: u64 = figures["l1_misses"].parse().unwrap();
+    assert!(l1_misses > 0 && l2_hits > 0, "{figures:?}");
+    assert!(figures["l1_spills"].parse::<u64>().unwrap() > 0, "{figures:?}");
+}
