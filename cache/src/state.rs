@@ -134,7 +134,11 @@ pub struct ValueState<T> {
 
 impl<T> Clone for ValueState<T> {
     fn clone(&self) -> Self {
-        Self::new(self.store.clone(), self.id)
+        Self {
+            store: self.store.clone(),
+            id: self.id,
+            _t: PhantomData,
+        }
     }
 }
 
@@ -251,7 +255,11 @@ pub struct ListState<T> {
 
 impl<T> Clone for ListState<T> {
     fn clone(&self) -> Self {
-        Self::new(self.store.clone(), self.id)
+        Self {
+            store: self.store.clone(),
+            id: self.id,
+            _t: PhantomData,
+        }
     }
 }
 
@@ -386,7 +394,11 @@ pub struct MapState<K, V> {
 
 impl<K, V> Clone for MapState<K, V> {
     fn clone(&self) -> Self {
-        Self::new(self.store.clone(), self.id)
+        Self {
+            store: self.store.clone(),
+            id: self.id,
+            _t: PhantomData,
+        }
     }
 }
 

@@ -549,10 +549,6 @@ impl StoreInner {
         got
     }
 
-    pub(crate) fn l1_contains(&self, l1_key: &[u8]) -> bool {
-        self.l1.contains_key(l1_key)
-    }
-
     pub(crate) fn l1_insert(&self, l1_key: Vec<u8>, slot: Arc<Slot>) {
         self.l1.insert(l1_key, slot);
     }

@@ -80,7 +80,8 @@ proptest! {
             for k in 0u8..12 {
                 prop_assert_eq!(count.get(&[k]).unwrap(), m.values.get(&k).copied(), "value of key {}", k);
                 let got: Vec<u32> = events.get(&[k]).unwrap().iter().copied().collect();
-                prop_assert_eq!(&got, m.lists.get(&k).unwrap_or(&Vec::new()), "list of key {}", k);
+                let want = m.lists.get(&k).cloned().unwrap_or_default();
+                prop_assert_eq!(got, want, "list of key {}", k);
                 let mut entries = attrs.entries(&[k]).unwrap();
                 entries.sort();
                 let mut want: Vec<(u8, u32)> = m.maps.get(&k).map(|e| e.iter().map(|(a, b)| (*a, *b)).collect()).unwrap_or_default();

@@ -284,7 +284,9 @@ impl Coordinator {
                                 self.storage.commit(&meta)?;
                                 self.storage.retain(self.retained)?;
                                 let _ = self.completed.send(meta.id);
-                                stats.push(CheckpointStats { id: meta.id, duration_ms: meta.duration_ms, state_bytes: meta.state_bytes, new_bytes: meta.new_bytes });
+                                let figures = CheckpointStats { id: meta.id, duration_ms: meta.duration_ms, state_bytes: meta.state_bytes, new_bytes: meta.new_bytes };
+                                crate::metrics::publish_checkpoint(&figures);
+                                stats.push(figures);
                                 in_flight = None;
                                 if meta.is_final {
                                     return Ok(stats);

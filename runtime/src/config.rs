@@ -125,17 +125,11 @@ fn size(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Res
         .parse::<bytesize::ByteSize>()
         .map_err(|_| bad(key, format!("'{t}' is not a size (e.g. 64MB, 1GiB)")))?
         .as_u64();
-    let shown = format!("{t}");
-    in_range(key, n, range, &shown).map_err(|_| {
-        bad(
-            key,
-            format!(
-                "{t} is outside the allowed range {}..={}",
-                bytesize::ByteSize(*range.start()),
-                bytesize::ByteSize(*range.end())
-            ),
-        )
-    })
+    if range.contains(&n) {
+        return Ok(n);
+    }
+    let (lo, hi) = (bytesize::ByteSize(*range.start()), bytesize::ByteSize(*range.end()));
+    Err(bad(key, format!("{t} is outside the allowed range {lo}..={hi}")))
 }
 
 fn duration(key: &str, v: &toml::Value, min: Duration, max: Duration) -> Result<Duration> {

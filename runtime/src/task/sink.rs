@@ -58,6 +58,6 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
         while *self.completed.borrow_and_update() < last_barrier {
             self.completed.changed().await.map_err(|_| RuntimeError::Disconnected)?;
         }
-        self.sink.commit(last_barrier)
+        Ok(self.sink.commit(last_barrier)?)
     }
 }
