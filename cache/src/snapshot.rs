@@ -5,9 +5,9 @@
 //! an [`IncrementalUploader`]: SST files are immutable, so one already stored
 //! by an earlier checkpoint is referenced again rather than copied (Flink's
 //! incremental RocksDB checkpoints work the same way). Stored SST objects are
-//! named `shared/<run id>-<file name>` so that a restored run, which may
-//! reuse RocksDB file numbers, never overwrites an object an older
-//! checkpoint needs. The small metadata files are private to a checkpoint.
+//! named `shared/<prefix>-<file name>`, the prefix unique per store and run,
+//! so that two stores, or a restored run reusing RocksDB file numbers, never
+//! write over an object another checkpoint needs. The small metadata files are private to a checkpoint.
 //!
 //! A [`SnapshotManifest`] lists what one store's snapshot consists of;
 //! [`restore`] lays those files out as a RocksDB directory again.
@@ -51,13 +51,21 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
 }
 
 /// Hard-links `from` to `to`, or copies it when a link is impossible
-/// (another file system).
+/// (another file system). Never writes over an existing `to`: it may be a
+/// link to a live file.
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
-    if fs::hard_link(from, to).is_ok() {
-        return Ok(());
+    match fs::hard_link(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(StateError::SnapshotIo {
+            path: to.to_owned(),
+            source: e,
+        }),
+        Err(_) => {
+            let tmp = to.with_extension("partial");
+            fs::copy(from, &tmp).map_err(io_err(from))?;
+            fs::rename(&tmp, to).map_err(io_err(to))
+        }
     }
-    fs::copy(from, to).map_err(io_err(from))?;
-    Ok(())
 }
 
 /// Moves RocksDB checkpoints of one store into checkpoint storage, storing
@@ -65,7 +73,7 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
 #[derive(Debug)]
 pub struct IncrementalUploader {
     root: PathBuf,
-    run_id: String,
+    prefix: String,
     stored: HashMap<String, SnapshotFile>,
 }
 
@@ -79,12 +87,13 @@ pub struct Upload {
 }
 
 impl IncrementalUploader {
-    /// An uploader into storage `root`; `run_id` must be unique per process
-    /// run (it keeps stored SST names unique across restores).
-    pub fn new(root: impl Into<PathBuf>, run_id: &str) -> Self {
+    /// An uploader into storage `root`. `unique_prefix` must be unique per
+    /// store and process run (e.g. run id plus operator index): it keeps
+    /// stored SST names apart across stores and across restores.
+    pub fn new(root: impl Into<PathBuf>, unique_prefix: &str) -> Self {
         Self {
             root: root.into(),
-            run_id: run_id.to_owned(),
+            prefix: unique_prefix.to_owned(),
             stored: HashMap::new(),
         }
     }
@@ -116,7 +125,7 @@ impl IncrementalUploader {
                 None => {
                     let bytes = fs::metadata(&path).map_err(io_err(&path))?.len();
                     let object = if is_shared(&name) {
-                        format!("shared/{}-{name}", self.run_id)
+                        format!("shared/{}-{name}", self.prefix)
                     } else {
                         format!("{private_dir}/{name}")
                     };

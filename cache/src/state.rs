@@ -79,7 +79,7 @@ impl StateDescriptor {
 }
 
 fn downcast<T: Send + Sync + 'static>(store: &StateStore, slot: &Slot) -> Result<Arc<T>> {
-    slot.value.clone().downcast::<T>().map_err(|_| StateError::WrongKind {
+    slot.value().downcast::<T>().map_err(|_| StateError::WrongKind {
         name: store.inner.name(slot.state).to_owned(),
         declared: "another value type",
         requested: std::any::type_name::<T>(),
@@ -91,8 +91,8 @@ fn weight_of<T: Serialize>(value: &T) -> usize {
 }
 
 pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(state: &str, slot: &Slot) -> Result<Vec<u8>> {
-    let value = slot
-        .value
+    let value = slot.value();
+    let value = value
         .downcast_ref::<T>()
         .ok_or_else(|| StateError::UnknownState(state.to_owned()))?;
     Ok(codec::encode_entry(slot.ts, &codec::encode(state, value)?))
@@ -204,8 +204,8 @@ impl<T> ListValue<T> {
 }
 
 pub(crate) fn encode_list<T: Serialize + Send + Sync + 'static>(state: &str, slot: &Slot) -> Result<Vec<u8>> {
-    let list = slot
-        .value
+    let list = slot.value();
+    let list = list
         .downcast_ref::<ListValue<T>>()
         .ok_or_else(|| StateError::UnknownState(state.to_owned()))?;
     let mut out = Vec::with_capacity(list.bytes);
@@ -279,15 +279,37 @@ where
         self.store.inner.name(self.id)
     }
 
-    fn take_l1(&self, l1_key: &[u8]) -> Result<Option<ListValue<T>>> {
-        match self.store.inner.l1_take(l1_key) {
-            Some(slot) => {
-                let list = downcast::<ListValue<T>>(&self.store, &slot)?;
-                drop(slot);
-                Ok(Some(Arc::try_unwrap(list).unwrap_or_else(|shared| (*shared).clone())))
-            }
-            None => Ok(None),
+    fn wrong_type(&self) -> StateError {
+        StateError::WrongKind {
+            name: self.name().to_owned(),
+            declared: "another element type",
+            requested: std::any::type_name::<T>(),
         }
+    }
+
+    /// Changes the list in an L1 slot in place (copying it first only if a
+    /// [`ListView`] still shares it), marks it dirty, and re-weighs the
+    /// entry in moka when it has grown to twice its recorded weight.
+    fn modify_l1(&self, l1_key: &[u8], slot: Arc<Slot>, f: impl FnOnce(&mut ListValue<T>)) -> Result<Arc<ListValue<T>>> {
+        let list = slot.update(|any| {
+            if Arc::get_mut(any).is_none() {
+                let copy = any.downcast_ref::<ListValue<T>>()?.clone();
+                *any = Arc::new(copy);
+            }
+            f(Arc::get_mut(any)?.downcast_mut::<ListValue<T>>()?);
+            any.clone().downcast::<ListValue<T>>().ok()
+        });
+        let list = list.ok_or_else(|| self.wrong_type())?;
+        slot.dirty.store(true, std::sync::atomic::Ordering::Release);
+        let weight = slot.weight.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let reweigh = list.bytes > 2 * weight.max(64) || 4 * list.bytes < weight;
+        // The lookup that found the slot may have evicted (and spilled) it:
+        // then only this slot holds the change, and it goes back into L1.
+        if reweigh || !self.store.inner.l1_contains(l1_key) {
+            slot.weight.store(list.bytes.min(u32::MAX as usize) as u32, std::sync::atomic::Ordering::Relaxed);
+            self.store.inner.l1_insert(l1_key.to_vec(), slot);
+        }
+        Ok(list)
     }
 
     fn put_l1(&self, l1_key: Vec<u8>, list: ListValue<T>, dirty: bool) -> Arc<ListValue<T>> {
@@ -307,9 +329,8 @@ where
         let ts = inner.write_ts(self.id);
         let body = codec::encode(self.name(), &value)?;
         let _tiers = inner.lock_tiers()?;
-        if let Some(mut list) = self.take_l1(&l1_key)? {
-            list.push(ts, value, body.len());
-            self.put_l1(l1_key, list, true);
+        if let Some(slot) = inner.l1_peek(&l1_key) {
+            self.modify_l1(&l1_key, slot, |list| list.push(ts, value, body.len()))?;
             return Ok(());
         }
         let mut element = Vec::with_capacity(body.len() + 12);
@@ -328,11 +349,12 @@ where
             if !inner.expired(self.id, list.min_ts) {
                 return Ok(ListView { list: Some(list) });
             }
-            drop((slot, list));
-            let list = self.take_l1(&l1_key)?.unwrap_or_else(ListValue::empty);
-            return Ok(ListView {
-                list: Some(self.put_l1(l1_key, self.unexpired(list.items)?, true)),
-            });
+            drop(list);
+            let list = self.modify_l1(&l1_key, slot, |list| {
+                let items = std::mem::take(&mut list.items);
+                *list = self.unexpired(items);
+            })?;
+            return Ok(ListView { list: Some(list) });
         }
         let Some(bytes) = inner.lower_get(&l1_key)? else {
             return Ok(ListView { list: None });
@@ -352,7 +374,7 @@ where
         })
     }
 
-    fn unexpired(&self, items: Vec<(i64, T)>) -> Result<ListValue<T>> {
+    fn unexpired(&self, items: Vec<(i64, T)>) -> ListValue<T> {
         let mut list = ListValue::empty();
         for (ts, v) in items {
             if !self.store.inner.expired(self.id, ts) {
@@ -360,7 +382,7 @@ where
                 list.push(ts, v, len);
             }
         }
-        Ok(list)
+        list
     }
 
     /// Replaces the key's list with `values`, all stamped now.
@@ -368,7 +390,7 @@ where
         let inner = &self.store.inner;
         let l1_key = inner.l1_key(self.id, key, &[]);
         let ts = inner.write_ts(self.id);
-        let list = self.unexpired(values.into_iter().map(|v| (ts, v)).collect())?;
+        let list = self.unexpired(values.into_iter().map(|v| (ts, v)).collect());
         let _tiers = inner.lock_tiers()?;
         self.put_l1(l1_key, list, true);
         Ok(())

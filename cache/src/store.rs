@@ -20,7 +20,7 @@ use rocksdb::{WriteBatch, WriteOptions, DB};
 use serde::{de::DeserializeOwned, Serialize};
 use std::any::{Any, TypeId};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The cold tier (L3) as the store sees it: a read-through lookup on an L2
@@ -35,12 +35,13 @@ pub(crate) type AnyValue = Arc<dyn Any + Send + Sync>;
 type EncodeFn = fn(&str, &Slot) -> Result<Vec<u8>>;
 
 /// One L1 entry: a deserialised value, its write timestamp and whether L2
-/// lacks it.
+/// lacks it. The value sits behind a mutex so that a list can be appended
+/// to in place (no copy, no re-insertion) while moka holds the entry.
 pub(crate) struct Slot {
     pub(crate) state: u16,
     pub(crate) ts: i64,
-    pub(crate) value: AnyValue,
-    pub(crate) weight: u32,
+    value: Mutex<AnyValue>,
+    pub(crate) weight: AtomicU32,
     pub(crate) dirty: AtomicBool,
 }
 
@@ -49,10 +50,20 @@ impl Slot {
         Arc::new(Self {
             state,
             ts,
-            value,
-            weight: weight.min(u32::MAX as usize) as u32,
+            value: Mutex::new(value),
+            weight: AtomicU32::new(weight.min(u32::MAX as usize) as u32),
             dirty: AtomicBool::new(dirty),
         })
+    }
+
+    /// The value (a cheap `Arc` clone).
+    pub(crate) fn value(&self) -> AnyValue {
+        self.value.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Mutates the value in place.
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut AnyValue) -> R) -> R {
+        f(&mut self.value.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -325,7 +336,7 @@ impl StoreBuilder {
         let l1 = moka::sync::Cache::builder()
             .max_capacity(self.l1_capacity)
             .weigher(|k: &Vec<u8>, s: &Arc<Slot>| {
-                (k.len() as u32).saturating_add(s.weight).saturating_add(64)
+                (k.len() as u32).saturating_add(s.weight.load(Ordering::Relaxed)).saturating_add(64)
             })
             .eviction_listener(move |k: Arc<Vec<u8>>, s: Arc<Slot>, cause| {
                 listener_lower.on_evict(&k, &s, cause)
@@ -553,8 +564,17 @@ impl StoreInner {
         self.l1.insert(l1_key, slot);
     }
 
-    pub(crate) fn l1_take(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
-        self.l1.remove(l1_key)
+    /// Whether L1 holds a key now.
+    pub(crate) fn l1_contains(&self, l1_key: &[u8]) -> bool {
+        self.l1.contains_key(l1_key)
+    }
+
+    /// The L1 entry of a key, without counting a hit or miss (for writes).
+    /// moka may evict the entry during this very call (its housekeeping runs
+    /// after the lookup): a caller that changes the slot in place must check
+    /// [`StoreInner::l1_contains`] afterwards and re-insert it if it is gone.
+    pub(crate) fn l1_peek(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
+        self.l1.get(l1_key)
     }
 
     /// Reads the encoded value of an L1 key from L2, then L3.

@@ -202,3 +202,29 @@ fn asking_for_an_undeclared_or_mistyped_state_is_an_error() {
     assert!(s.value_state::<String>("count").is_err(), "count holds u64");
     let _: Arc<_> = Arc::new(s);
 }
+
+#[test]
+fn two_stores_uploading_into_one_storage_never_share_or_overwrite_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("storage");
+    let mut manifests = Vec::new();
+    for op in 0..2u64 {
+        let s = store(&dir.path().join(format!("live-{op}")), 1 << 20);
+        let count = s.value_state::<u64>("count").unwrap();
+        for k in 0..100u32 {
+            count.update(&k.to_be_bytes(), op * 1000 + u64::from(k)).unwrap();
+        }
+        let local = dir.path().join(format!("c-{op}"));
+        s.checkpoint(&local).unwrap();
+        // Both stores name their first SST files alike; the prefixes keep them apart.
+        let up = IncrementalUploader::new(&storage, &format!("run1-op{op}")).upload(&local, &format!("chk-1/op-{op}")).unwrap();
+        manifests.push(up.manifest);
+    }
+    for (op, manifest) in manifests.iter().enumerate() {
+        let target = dir.path().join(format!("restored-{op}"));
+        restore(&storage, manifest, &target).unwrap();
+        let r = store(&target, 1 << 20);
+        let count = r.value_state::<u64>("count").unwrap();
+        assert_eq!(count.get(&7u32.to_be_bytes()).unwrap(), Some(op as u64 * 1000 + 7));
+    }
+}

@@ -220,7 +220,7 @@ where
             if let Some(s) = snapshot {
                 store.clock().advance_watermark(s.watermark);
             }
-            let mut uploader = IncrementalUploader::new(storage.root(), &run_id);
+            let mut uploader = IncrementalUploader::new(storage.root(), &format!("{run_id}-op{i}"));
             if let Some(s) = snapshot {
                 uploader.seed(&s.manifest);
             }
