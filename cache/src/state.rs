@@ -12,6 +12,7 @@ use crate::error::{Result, StateError};
 use crate::store::{Slot, StateStore};
 use crate::ttl::Ttl;
 use serde::{de::DeserializeOwned, Serialize};
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -180,26 +181,51 @@ where
 }
 
 /// The L1 form of a list: elements with their write timestamps.
+///
+/// Elements appended in timestamp order (the common case: event time moves
+/// forward) expire from the front, so trimming them is O(expired); a list
+/// appended out of order is trimmed with a full scan.
 #[derive(Clone)]
 pub(crate) struct ListValue<T> {
-    items: Vec<(i64, T)>,
+    items: VecDeque<(i64, T)>,
     min_ts: i64,
+    in_order: bool,
     bytes: usize,
 }
 
 impl<T> ListValue<T> {
     fn empty() -> Self {
         Self {
-            items: Vec::new(),
+            items: VecDeque::new(),
             min_ts: i64::MAX,
+            in_order: true,
             bytes: 0,
         }
     }
 
     fn push(&mut self, ts: i64, value: T, encoded_len: usize) {
-        self.items.push((ts, value));
+        if self.items.back().is_some_and(|(last, _)| *last > ts) {
+            self.in_order = false;
+        }
+        self.items.push_back((ts, value));
         self.min_ts = self.min_ts.min(ts);
         self.bytes += encoded_len + 12;
+    }
+
+    /// Drops the elements written at or before `cutoff`.
+    fn trim(&mut self, cutoff: i64) {
+        let before = self.items.len();
+        if self.in_order {
+            let expired = self.items.partition_point(|(ts, _)| *ts <= cutoff);
+            self.items.drain(..expired);
+        } else {
+            self.items.retain(|(ts, _)| *ts > cutoff);
+        }
+        self.min_ts = self.items.iter().map(|(ts, _)| *ts).min().unwrap_or(i64::MAX);
+        if self.in_order {
+            self.min_ts = self.items.front().map_or(i64::MAX, |(ts, _)| *ts);
+        }
+        self.bytes = self.bytes * self.items.len() / before.max(1);
     }
 }
 
@@ -327,12 +353,13 @@ where
         let inner = &self.store.inner;
         let l1_key = inner.l1_key(self.id, key, &[]);
         let ts = inner.write_ts(self.id);
-        let body = codec::encode(self.name(), &value)?;
         let _tiers = inner.lock_tiers()?;
         if let Some(slot) = inner.l1_peek(&l1_key) {
-            self.modify_l1(&l1_key, slot, |list| list.push(ts, value, body.len()))?;
+            let len = weight_of(&value);
+            self.modify_l1(&l1_key, slot, |list| list.push(ts, value, len))?;
             return Ok(());
         }
+        let body = codec::encode(self.name(), &value)?;
         let mut element = Vec::with_capacity(body.len() + 12);
         codec::put_list_element(&mut element, ts, &body);
         inner.l2_merge(&l1_key, &element)
@@ -350,10 +377,8 @@ where
                 return Ok(ListView { list: Some(list) });
             }
             drop(list);
-            let list = self.modify_l1(&l1_key, slot, |list| {
-                let items = std::mem::take(&mut list.items);
-                *list = self.unexpired(items);
-            })?;
+            let cutoff = inner.expiry_cutoff(self.id).unwrap_or(i64::MIN);
+            let list = self.modify_l1(&l1_key, slot, |list| list.trim(cutoff))?;
             return Ok(ListView { list: Some(list) });
         }
         let Some(bytes) = inner.lower_get(&l1_key)? else {
@@ -361,9 +386,10 @@ where
         };
         let mut list = ListValue::empty();
         let mut trimmed = false;
+        let cutoff = inner.expiry_cutoff(self.id);
         for element in codec::list_elements(self.name(), &bytes) {
             let (ts, body) = element?;
-            if inner.expired(self.id, ts) {
+            if cutoff.is_some_and(|c| ts <= c) {
                 trimmed = true;
             } else {
                 list.push(ts, codec::decode(self.name(), body)?, body.len());
@@ -374,10 +400,10 @@ where
         })
     }
 
-    fn unexpired(&self, items: Vec<(i64, T)>) -> ListValue<T> {
+    fn unexpired(&self, ts: i64, values: Vec<T>) -> ListValue<T> {
         let mut list = ListValue::empty();
-        for (ts, v) in items {
-            if !self.store.inner.expired(self.id, ts) {
+        if !self.store.inner.expired(self.id, ts) {
+            for v in values {
                 let len = weight_of(&v);
                 list.push(ts, v, len);
             }
@@ -390,7 +416,7 @@ where
         let inner = &self.store.inner;
         let l1_key = inner.l1_key(self.id, key, &[]);
         let ts = inner.write_ts(self.id);
-        let list = self.unexpired(values.into_iter().map(|v| (ts, v)).collect());
+        let list = self.unexpired(ts, values);
         let _tiers = inner.lock_tiers()?;
         self.put_l1(l1_key, list, true);
         Ok(())

@@ -14,7 +14,7 @@ use crate::codec;
 use crate::error::{Result, StateError};
 use crate::l2::{self, L2Budget};
 use crate::state::{ListState, MapState, StateDescriptor, StateKind, ValueState};
-use crate::ttl::{is_expired, Clock, TimeDomain};
+use crate::ttl::{Clock, TimeDomain};
 use moka::notification::RemovalCause;
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use serde::{de::DeserializeOwned, Serialize};
@@ -535,8 +535,15 @@ impl StoreInner {
 
     /// Whether a value of `state` written at `ts` has expired now.
     pub(crate) fn expired(&self, state: u16, ts: i64) -> bool {
-        let ttl = self.meta(state).desc.ttl;
-        ttl.is_some_and(|t| is_expired(Some(t), ts, self.clock.now(t.domain)))
+        self.expiry_cutoff(state).is_some_and(|cutoff| ts <= cutoff)
+    }
+
+    /// Values of `state` written at or before this time have expired now;
+    /// `None` when nothing can have (no TTL, or no watermark yet).
+    pub(crate) fn expiry_cutoff(&self, state: u16) -> Option<i64> {
+        let ttl = self.meta(state).desc.ttl?;
+        let now = self.clock.now(ttl.domain);
+        (now != i64::MIN).then(|| now.saturating_sub(ttl.millis))
     }
 
     /// Builds the L1 key (`[state][stored key][suffix]`) of `key`.

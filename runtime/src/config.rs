@@ -16,6 +16,7 @@
 //! | `channel.capacity` | 16 | 1–65536 | batches buffered on each edge |
 //! | `channel.batch-size` | 512 | 1–65536 | records per batch |
 //! | `watermark.out-of-orderness` | `0s` | 0–365d | how far behind the newest timestamp a record may be |
+//! | `watermark.interval` | `200ms` | 1ms–1h | how often the source emits a watermark and sends partial batches |
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
 //!
 //! Sizes take units (`KB`, `MB`, `GB`, `KiB`, `MiB`, `GiB`); durations take
@@ -62,6 +63,8 @@ pub struct JobConfig {
     pub batch_size: usize,
     /// Allowed lateness behind the newest timestamp, in milliseconds.
     pub out_of_orderness_ms: i64,
+    /// How often the source emits a watermark and flushes partial batches.
+    pub watermark_interval: Duration,
     /// Bad record handling.
     pub bad_input: BadInputPolicy,
 }
@@ -81,6 +84,7 @@ impl Default for JobConfig {
             channel_capacity: 16,
             batch_size: 512,
             out_of_orderness_ms: 0,
+            watermark_interval: Duration::from_millis(200),
             bad_input: BadInputPolicy::Fail,
         }
     }
@@ -189,6 +193,9 @@ impl JobConfig {
             "watermark.out-of-orderness" => {
                 self.out_of_orderness_ms =
                     duration(key, v, Duration::ZERO, Duration::from_secs(365 * 86_400))?.as_millis() as i64
+            }
+            "watermark.interval" => {
+                self.watermark_interval = duration(key, v, Duration::from_millis(1), Duration::from_secs(3600))?
             }
             "bad-input.policy" => {
                 self.bad_input = match text(key, v)?.trim() {

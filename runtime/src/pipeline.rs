@@ -270,6 +270,7 @@ where
             dead_letter: FileSink::open(&output, "dead-letter", 0, dead_letter_state)?,
             dead_letters: restored.as_ref().map_or(0, |m| m.source.dead_letters),
             out_of_orderness_ms: c.out_of_orderness_ms,
+            watermark_interval: c.watermark_interval,
             triggers: trigger_rx,
             acks: ack_tx,
             completed: done_rx,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
 use strata_connectors::{FileSink, FileSource, RecordError, Schema, Throttle};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 pub(crate) struct SourceTask<I> {
     pub(crate) source: FileSource,
@@ -29,6 +30,7 @@ pub(crate) struct SourceTask<I> {
     pub(crate) dead_letter: FileSink,
     pub(crate) dead_letters: u64,
     pub(crate) out_of_orderness_ms: i64,
+    pub(crate) watermark_interval: std::time::Duration,
     pub(crate) triggers: mpsc::Receiver<u64>,
     pub(crate) acks: mpsc::Sender<Ack>,
     pub(crate) completed: watch::Receiver<u64>,
@@ -37,7 +39,7 @@ pub(crate) struct SourceTask<I> {
 
 struct Routing<I> {
     batches: Vec<Vec<Keyed<I>>>,
-    since_watermark: usize,
+    last_flush: Instant,
     max_ts: i64,
     watermark: i64,
 }
@@ -47,7 +49,7 @@ impl<I: Send + 'static> SourceTask<I> {
         let n = self.out.len();
         let mut routing = Routing {
             batches: (0..n).map(|_| Vec::with_capacity(self.batch_size)).collect(),
-            since_watermark: 0,
+            last_flush: Instant::now(),
             max_ts: i64::MIN,
             watermark: i64::MIN,
         };
@@ -99,14 +101,15 @@ impl<I: Send + 'static> SourceTask<I> {
             let batch = std::mem::replace(&mut r.batches[target], Vec::with_capacity(self.batch_size));
             self.out.send(target, Message::Records(batch)).await?;
         }
-        r.since_watermark += 1;
-        if r.since_watermark >= self.batch_size {
+        if r.last_flush.elapsed() >= self.watermark_interval {
             self.flush(r).await?;
         }
         Ok(())
     }
 
-    /// Sends every partial batch, then a watermark if it advanced.
+    /// Sends every partial batch, then a watermark if it advanced. Runs every
+    /// `watermark.interval` (Flink's auto-watermark interval and buffer
+    /// timeout in one), at barriers and at the end.
     async fn flush(&mut self, r: &mut Routing<I>) -> Result<()> {
         for (i, batch) in r.batches.iter_mut().enumerate() {
             if !batch.is_empty() {
@@ -114,7 +117,7 @@ impl<I: Send + 'static> SourceTask<I> {
                 self.out.send(i, Message::Records(batch)).await?;
             }
         }
-        r.since_watermark = 0;
+        r.last_flush = Instant::now();
         let watermark = r.max_ts.saturating_sub(self.out_of_orderness_ms).saturating_sub(1);
         if watermark > r.watermark {
             r.watermark = watermark;
