@@ -77,7 +77,7 @@ impl<I: Send + 'static> SourceTask<I> {
         while *self.completed.borrow_and_update() < id {
             self.completed.changed().await.map_err(|_| RuntimeError::Disconnected)?;
         }
-        self.commit_if_completed()
+        Ok(self.dead_letter.commit(id)?)
     }
 
     async fn route(&mut self, record: I, r: &mut Routing<I>) -> Result<()> {
