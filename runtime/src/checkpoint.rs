@@ -68,6 +68,14 @@ pub(crate) enum TaskSnapshot {
     Sink(u32, SinkState),
 }
 
+/// The coordinator's request to the source: start checkpoint `id`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Trigger {
+    pub(crate) id: u64,
+    /// The last checkpoint: the source has read all its input.
+    pub(crate) is_final: bool,
+}
+
 /// Messages to the coordinator.
 #[derive(Debug)]
 pub(crate) enum Ack {
@@ -255,7 +263,7 @@ pub(crate) struct Coordinator {
     pub(crate) max_parallelism: u32,
     pub(crate) parallelism: u32,
     pub(crate) next_id: u64,
-    pub(crate) trigger: mpsc::Sender<u64>,
+    pub(crate) trigger: mpsc::Sender<Trigger>,
     pub(crate) acks: mpsc::Receiver<Ack>,
     pub(crate) completed: watch::Sender<u64>,
 }
@@ -305,7 +313,7 @@ impl Coordinator {
     async fn start(&mut self, is_final: bool) -> Result<InFlight> {
         let id = self.next_id;
         self.next_id += 1;
-        self.trigger.send(id).await.map_err(|_| RuntimeError::Disconnected)?;
+        self.trigger.send(Trigger { id, is_final }).await.map_err(|_| RuntimeError::Disconnected)?;
         let n = self.parallelism as usize;
         Ok(InFlight {
             id,

@@ -202,6 +202,7 @@ where
         let work = c.local_dir.clone().unwrap_or_else(|| storage.root().join("_work"));
         let budget = L2Budget::new(c.l2_memory as usize);
 
+        let sink_throttle = c.sink_rate.map(Throttle::new);
         let mut tasks = tokio::task::JoinSet::new();
         let mut clocks = Vec::new();
         let mut stores = Vec::new();
@@ -244,7 +245,7 @@ where
                 index: i,
                 gate: InputGate::new(vec![sink_rx], sink_times),
                 sink: FileSink::open(&output, "part", i, restored.as_ref().map(|m| m.sinks[i as usize].clone()))?,
-                throttle: c.sink_rate.map(|rate| Throttle::new((rate / u64::from(par)).max(1))),
+                throttle: sink_throttle.clone(),
                 acks: ack_tx.clone(),
                 completed: done_rx.clone(),
                 progress: progress.clone(),

@@ -1,6 +1,9 @@
 //! SIGKILL at random moments, then `--restore latest`, until the input is
 //! done: the committed output equals the batch computation (which an
 //! uninterrupted run also equals), with no line lost and none duplicated.
+//! The source is throttled to 250,000 records/s so that a run lasts ~12 s
+//! and the kills land mid-run: before the first checkpoint, between
+//! checkpoints, and between a checkpoint's completion and its commit.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -37,7 +40,7 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
     let mut restores = 0;
     loop {
         let mut cmd = Command::new(strata_bin());
-        cmd.args(["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap(), "--checkpoint-dir", chk.to_str().unwrap(), "-D", "checkpoint.interval=1s"]);
+        cmd.args(["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap(), "--checkpoint-dir", chk.to_str().unwrap(), "-D", "checkpoint.interval=1s", "-D", "source.max-records-per-second=250000"]);
         let has_checkpoint = std::fs::read_dir(&chk).map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file())).unwrap_or(false);
         if has_checkpoint {
             cmd.args(["--restore", "latest"]);
@@ -49,7 +52,7 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
         }
         let mut child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
         if kills < 4 {
-            let at = Duration::from_millis(rng.next_in(1_500, 9_000));
+            let at = Duration::from_millis(rng.next_in(800, 3_500));
             let start = Instant::now();
             while start.elapsed() < at && child.try_wait().unwrap().is_none() {
                 std::thread::sleep(Duration::from_millis(20));

@@ -31,7 +31,7 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                     Event::Records(batch) => {
                         let n = batch.len() as u64;
                         for record in batch {
-                            if let Some(t) = self.throttle.as_mut() {
+                            if let Some(t) = &self.throttle {
                                 t.acquire().await;
                             }
                             line.clear();

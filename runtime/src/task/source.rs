@@ -4,7 +4,7 @@
 
 use super::Keyed;
 use crate::channel::{Message, Output};
-use crate::checkpoint::{Ack, SourceSnapshot, TaskSnapshot};
+use crate::checkpoint::{Ack, SourceSnapshot, TaskSnapshot, Trigger};
 use crate::config::BadInputPolicy;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{KeyFn, ParseFn, TimestampFn};
@@ -31,7 +31,7 @@ pub(crate) struct SourceTask<I> {
     pub(crate) dead_letters: u64,
     pub(crate) out_of_orderness_ms: i64,
     pub(crate) watermark_interval: std::time::Duration,
-    pub(crate) triggers: mpsc::Receiver<u64>,
+    pub(crate) triggers: mpsc::Receiver<Trigger>,
     pub(crate) acks: mpsc::Sender<Ack>,
     pub(crate) completed: watch::Receiver<u64>,
     pub(crate) progress: Arc<Progress>,
@@ -53,17 +53,20 @@ impl<I: Send + 'static> SourceTask<I> {
             max_ts: i64::MIN,
             watermark: i64::MIN,
         };
-        while let Some(row) = self.source.next_row() {
-            if let Ok(id) = self.triggers.try_recv() {
-                self.checkpoint(id, &mut routing).await?;
+        loop {
+            // A barrier goes between records: the position it records must
+            // not include a record read but not yet routed.
+            if let Ok(trigger) = self.triggers.try_recv() {
+                self.checkpoint(trigger.id, &mut routing).await?;
             }
             self.commit_if_completed()?;
+            let Some(row) = self.source.next_row() else { break };
             let record = row.and_then(|row| (self.parse)(row, &self.schema));
             match record {
                 Ok(record) => self.route(record, &mut routing).await?,
                 Err(bad) => self.bad_record(bad)?,
             }
-            if let Some(t) = self.throttle.as_mut() {
+            if let Some(t) = &self.throttle {
                 t.acquire().await;
             }
             self.progress.source_at(self.source.progress());
@@ -71,8 +74,15 @@ impl<I: Send + 'static> SourceTask<I> {
         self.flush(&mut routing).await?;
         self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
         self.acks.send(Ack::SourceFinished).await.map_err(|_| RuntimeError::Disconnected)?;
-        let id = self.triggers.recv().await.ok_or(RuntimeError::Disconnected)?;
-        self.checkpoint(id, &mut routing).await?;
+        // A periodic checkpoint may have been triggered before the
+        // coordinator learnt that the input ended: take it, then the final one.
+        let id = loop {
+            let trigger = self.triggers.recv().await.ok_or(RuntimeError::Disconnected)?;
+            self.checkpoint(trigger.id, &mut routing).await?;
+            if trigger.is_final {
+                break trigger.id;
+            }
+        };
         self.out.broadcast(|| Message::End).await?;
         while *self.completed.borrow_and_update() < id {
             self.completed.changed().await.map_err(|_| RuntimeError::Disconnected)?;
