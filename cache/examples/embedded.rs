@@ -17,7 +17,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = StateStore::builder(&dir)
         .l1_capacity(4 << 20)
         .l2_memory(64 << 20)
-        .state(StateDescriptor::list("events").with_ttl(Ttl::event_time(Duration::from_millis(60 * DAY_MS as u64))))
+        .state(
+            StateDescriptor::list("events")
+                .with_ttl(Ttl::event_time(Duration::from_millis(60 * DAY_MS as u64))),
+        )
         .state(StateDescriptor::value("count"))
         .open()?;
     let history = store.list_state::<u32>("events")?;
@@ -34,9 +37,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let secs = started.elapsed().as_secs_f64();
     let stats = store.stats();
-    println!("{events} events for {users} users in {secs:.2}s ({:.0} events/s)", events as f64 / secs);
-    println!("user-1: {} events in the last 60 days, {} in all", history.get(b"user-1")?.len(), count.get(b"user-1")?.unwrap_or(0));
-    println!("L1 hit ratio {:.3}, L2 hit ratio {:.3}, L1 spills {}, L2 {} bytes", stats.l1_hit_ratio(), stats.l2_hit_ratio(), stats.l1_spills, stats.l2_bytes);
+    println!(
+        "{events} events for {users} users in {secs:.2}s ({:.0} events/s)",
+        events as f64 / secs
+    );
+    println!(
+        "user-1: {} events in the last 60 days, {} in all",
+        history.get(b"user-1")?.len(),
+        count.get(b"user-1")?.unwrap_or(0)
+    );
+    println!(
+        "L1 hit ratio {:.3}, L2 hit ratio {:.3}, L1 spills {}, L2 {} bytes",
+        stats.l1_hit_ratio(),
+        stats.l2_hit_ratio(),
+        stats.l1_spills,
+        stats.l2_bytes
+    );
     drop((history, count, store));
     std::fs::remove_dir_all(&dir)?;
     Ok(())

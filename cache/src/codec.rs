@@ -69,7 +69,10 @@ pub(crate) fn split_entry<'a>(state: &str, bytes: &'a [u8]) -> Result<(i64, &'a 
     let ts = bytes
         .get(..TS_LEN)
         .ok_or_else(|| corrupt(state, "value shorter than its timestamp"))?;
-    Ok((i64::from_be_bytes(ts.try_into().unwrap_or_default()), &bytes[TS_LEN..]))
+    Ok((
+        i64::from_be_bytes(ts.try_into().unwrap_or_default()),
+        &bytes[TS_LEN..],
+    ))
 }
 
 /// Appends one list element written at `ts` to `out`.
@@ -113,7 +116,10 @@ mod tests {
         let mut k = Vec::new();
         put_stored_key(&mut k, 7, b"LAS-PHL");
         k.extend_from_slice(b"user");
-        assert_eq!(split_stored_key(&k), Some((7, &b"LAS-PHL"[..], &b"user"[..])));
+        assert_eq!(
+            split_stored_key(&k),
+            Some((7, &b"LAS-PHL"[..], &b"user"[..]))
+        );
     }
 
     #[test]

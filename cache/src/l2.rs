@@ -29,8 +29,11 @@ impl L2Budget {
     /// A budget of `bytes` (block cache plus memtables).
     pub fn new(bytes: usize) -> Self {
         let cache = rocksdb::Cache::new_lru_cache(bytes);
-        let write_buffers =
-            rocksdb::WriteBufferManager::new_write_buffer_manager_with_cache(bytes / 2, false, cache.clone());
+        let write_buffers = rocksdb::WriteBufferManager::new_write_buffer_manager_with_cache(
+            bytes / 2,
+            false,
+            cache.clone(),
+        );
         Self {
             cache,
             write_buffers,
@@ -46,7 +49,9 @@ impl L2Budget {
 
 impl std::fmt::Debug for L2Budget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("L2Budget").field("bytes", &self.bytes).finish()
+        f.debug_struct("L2Budget")
+            .field("bytes", &self.bytes)
+            .finish()
     }
 }
 

@@ -119,7 +119,11 @@ impl IncrementalUploader {
         let mut still_live = HashMap::new();
         for entry in fs::read_dir(local).map_err(io_err(local))? {
             let path = entry.map_err(io_err(local))?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             let file = match self.stored.get(&name) {
                 Some(known) => known.clone(),
                 None => {
@@ -131,7 +135,11 @@ impl IncrementalUploader {
                     };
                     link_or_copy(&path, &self.root.join(&object))?;
                     new_bytes += bytes;
-                    SnapshotFile { name: name.clone(), object, bytes }
+                    SnapshotFile {
+                        name: name.clone(),
+                        object,
+                        bytes,
+                    }
                 }
             };
             if is_shared(&name) {
@@ -141,7 +149,10 @@ impl IncrementalUploader {
         }
         self.stored = still_live;
         manifest.files.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Upload { manifest, new_bytes })
+        Ok(Upload {
+            manifest,
+            new_bytes,
+        })
     }
 }
 

@@ -80,18 +80,23 @@ impl StateDescriptor {
 }
 
 fn downcast<T: Send + Sync + 'static>(store: &StateStore, slot: &Slot) -> Result<Arc<T>> {
-    slot.value().downcast::<T>().map_err(|_| StateError::WrongKind {
-        name: store.inner.name(slot.state).to_owned(),
-        declared: "another value type",
-        requested: std::any::type_name::<T>(),
-    })
+    slot.value()
+        .downcast::<T>()
+        .map_err(|_| StateError::WrongKind {
+            name: store.inner.name(slot.state).to_owned(),
+            declared: "another value type",
+            requested: std::any::type_name::<T>(),
+        })
 }
 
 fn weight_of<T: Serialize>(value: &T) -> usize {
     postcard::experimental::serialized_size(value).unwrap_or(64)
 }
 
-pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(state: &str, slot: &Slot) -> Result<Vec<u8>> {
+pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(
+    state: &str,
+    slot: &Slot,
+) -> Result<Vec<u8>> {
     let value = slot.value();
     let value = value
         .downcast_ref::<T>()
@@ -157,7 +162,11 @@ where
 
     /// The key's value, or `None` if absent or expired.
     pub fn get(&self, key: &[u8]) -> Result<Option<T>> {
-        read_entry(&self.store, self.id, self.store.inner.l1_key(self.id, key, &[]))
+        read_entry(
+            &self.store,
+            self.id,
+            self.store.inner.l1_key(self.id, key, &[]),
+        )
     }
 
     /// Sets the key's value (write-back: it reaches L2 on eviction or flush).
@@ -165,7 +174,13 @@ where
         let inner = &self.store.inner;
         let l1_key = inner.l1_key(self.id, key, &[]);
         let weight = weight_of(&value) + 8;
-        let slot = Slot::new(self.id, inner.write_ts(self.id), Arc::new(value), weight, true);
+        let slot = Slot::new(
+            self.id,
+            inner.write_ts(self.id),
+            Arc::new(value),
+            weight,
+            true,
+        );
         let _tiers = inner.lock_tiers()?;
         inner.l1_insert(l1_key, slot);
         Ok(())
@@ -221,7 +236,12 @@ impl<T> ListValue<T> {
         } else {
             self.items.retain(|(ts, _)| *ts > cutoff);
         }
-        self.min_ts = self.items.iter().map(|(ts, _)| *ts).min().unwrap_or(i64::MAX);
+        self.min_ts = self
+            .items
+            .iter()
+            .map(|(ts, _)| *ts)
+            .min()
+            .unwrap_or(i64::MAX);
         if self.in_order {
             self.min_ts = self.items.front().map_or(i64::MAX, |(ts, _)| *ts);
         }
@@ -229,7 +249,10 @@ impl<T> ListValue<T> {
     }
 }
 
-pub(crate) fn encode_list<T: Serialize + Send + Sync + 'static>(state: &str, slot: &Slot) -> Result<Vec<u8>> {
+pub(crate) fn encode_list<T: Serialize + Send + Sync + 'static>(
+    state: &str,
+    slot: &Slot,
+) -> Result<Vec<u8>> {
     let list = slot.value();
     let list = list
         .downcast_ref::<ListValue<T>>()
@@ -316,7 +339,12 @@ where
     /// Changes the list in an L1 slot in place (copying it first only if a
     /// [`ListView`] still shares it), marks it dirty, and re-weighs the
     /// entry in moka when it has grown to twice its recorded weight.
-    fn modify_l1(&self, l1_key: &[u8], slot: Arc<Slot>, f: impl FnOnce(&mut ListValue<T>)) -> Result<Arc<ListValue<T>>> {
+    fn modify_l1(
+        &self,
+        l1_key: &[u8],
+        slot: Arc<Slot>,
+        f: impl FnOnce(&mut ListValue<T>),
+    ) -> Result<Arc<ListValue<T>>> {
         let list = slot.update(|any| {
             if Arc::get_mut(any).is_none() {
                 let copy = any.downcast_ref::<ListValue<T>>()?.clone();
@@ -332,7 +360,10 @@ where
         // The lookup that found the slot may have evicted (and spilled) it:
         // then only this slot holds the change, and it goes back into L1.
         if reweigh || !self.store.inner.l1_contains(l1_key) {
-            slot.weight.store(list.bytes.min(u32::MAX as usize) as u32, std::sync::atomic::Ordering::Relaxed);
+            slot.weight.store(
+                list.bytes.min(u32::MAX as usize) as u32,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             self.store.inner.l1_insert(l1_key.to_vec(), slot);
         }
         Ok(list)

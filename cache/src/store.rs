@@ -46,7 +46,13 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(state: u16, ts: i64, value: AnyValue, weight: usize, dirty: bool) -> Arc<Self> {
+    pub(crate) fn new(
+        state: u16,
+        ts: i64,
+        value: AnyValue,
+        weight: usize,
+        dirty: bool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             state,
             ts,
@@ -291,10 +297,16 @@ impl StoreBuilder {
         }
         for (i, s) in self.states.iter().enumerate() {
             if s.name.is_empty() || s.name == "default" {
-                return Err(StateError::Config(format!("invalid state name '{}'", s.name)));
+                return Err(StateError::Config(format!(
+                    "invalid state name '{}'",
+                    s.name
+                )));
             }
             if self.states[..i].iter().any(|o| o.name == s.name) {
-                return Err(StateError::Config(format!("state '{}' declared twice", s.name)));
+                return Err(StateError::Config(format!(
+                    "state '{}' declared twice",
+                    s.name
+                )));
             }
         }
         if self.states.len() > usize::from(u16::MAX) {
@@ -336,7 +348,9 @@ impl StoreBuilder {
         let l1 = moka::sync::Cache::builder()
             .max_capacity(self.l1_capacity)
             .weigher(|k: &Vec<u8>, s: &Arc<Slot>| {
-                (k.len() as u32).saturating_add(s.weight.load(Ordering::Relaxed)).saturating_add(64)
+                (k.len() as u32)
+                    .saturating_add(s.weight.load(Ordering::Relaxed))
+                    .saturating_add(64)
             })
             .eviction_listener(move |k: Arc<Vec<u8>>, s: Arc<Slot>, cause| {
                 listener_lower.on_evict(&k, &s, cause)
@@ -478,7 +492,11 @@ impl StateStore {
     pub fn compact(&self) -> Result<()> {
         let lower = &self.inner.lower;
         for s in &lower.states {
-            lower.db.compact_range_cf(&lower.cf_by_name(&s.desc.name)?, None::<&[u8]>, None::<&[u8]>);
+            lower.db.compact_range_cf(
+                &lower.cf_by_name(&s.desc.name)?,
+                None::<&[u8]>,
+                None::<&[u8]>,
+            );
         }
         Ok(())
     }
@@ -497,7 +515,11 @@ impl StateStore {
             l3_misses: get(&c.l3_misses),
             l1_spills: get(&c.l1_spills),
             l1_bytes: self.inner.l1.weighted_size(),
-            l2_bytes: lower.states.iter().map(|s| l2::bytes_of(&lower.db, &s.desc.name)).sum(),
+            l2_bytes: lower
+                .states
+                .iter()
+                .map(|s| l2::bytes_of(&lower.db, &s.desc.name))
+                .sum(),
         }
     }
 }
@@ -597,7 +619,11 @@ impl StoreInner {
             Some(cold) => cold.get(self.name(state), &l1_key[2..])?,
             None => None,
         };
-        let counter = if found.is_some() { &c.l3_hits } else { &c.l3_misses };
+        let counter = if found.is_some() {
+            &c.l3_hits
+        } else {
+            &c.l3_misses
+        };
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(found)
     }

@@ -104,10 +104,18 @@ fn read_your_writes_holds_while_other_threads_evict() {
                 for i in 0..3000u64 {
                     let key = [t, (i % 16) as u8];
                     count.update(&key, i).unwrap();
-                    assert_eq!(count.get(&key).unwrap(), Some(i), "thread {t} lost its write to {key:?}");
+                    assert_eq!(
+                        count.get(&key).unwrap(),
+                        Some(i),
+                        "thread {t} lost its write to {key:?}"
+                    );
                     events.add(&key, i as u32).unwrap();
                     let list = events.get(&key).unwrap();
-                    assert_eq!(list.iter().last().copied(), Some(i as u32), "thread {t} lost an append to {key:?}");
+                    assert_eq!(
+                        list.iter().last().copied(),
+                        Some(i as u32),
+                        "thread {t} lost an append to {key:?}"
+                    );
                     assert_eq!(list.len() as u64, i / 16 + 1);
                 }
             })
@@ -117,8 +125,14 @@ fn read_your_writes_holds_while_other_threads_evict() {
         t.join().unwrap();
     }
     let stats = s.stats();
-    assert!(stats.l1_spills > 0, "the test must make L1 spill dirty entries: {stats:?}");
-    assert!(stats.l2_hits > 0, "the test must read spilled entries back from L2: {stats:?}");
+    assert!(
+        stats.l1_spills > 0,
+        "the test must make L1 spill dirty entries: {stats:?}"
+    );
+    assert!(
+        stats.l2_hits > 0,
+        "the test must read spilled entries back from L2: {stats:?}"
+    );
 }
 
 fn ttl_store(dir: &std::path::Path) -> StateStore {
@@ -136,7 +150,10 @@ fn event_time_ttl_hides_expired_state_and_compaction_drops_it() {
     let dir = tempfile::tempdir().unwrap();
     {
         let s = ttl_store(dir.path());
-        let (v, l) = (s.value_state::<u32>("v").unwrap(), s.list_state::<u32>("l").unwrap());
+        let (v, l) = (
+            s.value_state::<u32>("v").unwrap(),
+            s.list_state::<u32>("l").unwrap(),
+        );
         s.set_record_timestamp(1_000);
         v.update(b"k", 1).unwrap();
         l.add(b"k", 1).unwrap();
@@ -145,7 +162,11 @@ fn event_time_ttl_hides_expired_state_and_compaction_drops_it() {
         s.clock().advance_watermark(1_099);
         assert_eq!(v.get(b"k").unwrap(), Some(1));
         s.clock().advance_watermark(1_100);
-        assert_eq!(v.get(b"k").unwrap(), None, "a value exactly ttl old is expired");
+        assert_eq!(
+            v.get(b"k").unwrap(),
+            None,
+            "a value exactly ttl old is expired"
+        );
         let left: Vec<u32> = l.get(b"k").unwrap().iter().copied().collect();
         assert_eq!(left, vec![2], "expired list elements are skipped");
         s.flush().unwrap();
@@ -156,7 +177,12 @@ fn event_time_ttl_hides_expired_state_and_compaction_drops_it() {
     // compaction filter physically dropped can be missing.
     let s = ttl_store(dir.path());
     assert_eq!(s.value_state::<u32>("v").unwrap().get(b"k").unwrap(), None);
-    assert!(s.list_state::<u32>("l").unwrap().get(b"k").unwrap().is_empty());
+    assert!(s
+        .list_state::<u32>("l")
+        .unwrap()
+        .get(b"k")
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -178,7 +204,10 @@ fn a_restored_snapshot_holds_exactly_the_checkpointed_state_and_uploads_are_incr
     s.checkpoint(&dir.path().join("c2")).unwrap();
     let second = up.upload(&dir.path().join("c2"), "chk-2/op-0").unwrap();
     assert!(first.new_bytes > 0);
-    assert!(second.new_bytes < second.manifest.total_bytes(), "unchanged SST files are referenced, not stored again");
+    assert!(
+        second.new_bytes < second.manifest.total_bytes(),
+        "unchanged SST files are referenced, not stored again"
+    );
     count.update(&1u32.to_be_bytes(), 12345).unwrap();
     drop((count, events, s));
 
@@ -186,7 +215,11 @@ fn a_restored_snapshot_holds_exactly_the_checkpointed_state_and_uploads_are_incr
     let r = store(&dir.path().join("restored"), 1 << 20);
     let count = r.value_state::<u64>("count").unwrap();
     let events = r.list_state::<u32>("events").unwrap();
-    assert_eq!(count.get(&0u32.to_be_bytes()).unwrap(), Some(0), "a write after checkpoint 1 is not in it");
+    assert_eq!(
+        count.get(&0u32.to_be_bytes()).unwrap(),
+        Some(0),
+        "a write after checkpoint 1 is not in it"
+    );
     assert_eq!(count.get(&1u32.to_be_bytes()).unwrap(), Some(1));
     assert_eq!(events.get(&0u32.to_be_bytes()).unwrap().len(), 1);
     assert_eq!(count.get(&199u32.to_be_bytes()).unwrap(), Some(199));
@@ -197,7 +230,10 @@ fn asking_for_an_undeclared_or_mistyped_state_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), 1 << 20);
     assert!(s.value_state::<u64>("nope").is_err());
-    assert!(s.list_state::<u32>("count").is_err(), "count is a ValueState");
+    assert!(
+        s.list_state::<u32>("count").is_err(),
+        "count is a ValueState"
+    );
     let _ = s.value_state::<u64>("count").unwrap();
     assert!(s.value_state::<String>("count").is_err(), "count holds u64");
     let _: Arc<_> = Arc::new(s);
@@ -212,12 +248,16 @@ fn two_stores_uploading_into_one_storage_never_share_or_overwrite_a_file() {
         let s = store(&dir.path().join(format!("live-{op}")), 1 << 20);
         let count = s.value_state::<u64>("count").unwrap();
         for k in 0..100u32 {
-            count.update(&k.to_be_bytes(), op * 1000 + u64::from(k)).unwrap();
+            count
+                .update(&k.to_be_bytes(), op * 1000 + u64::from(k))
+                .unwrap();
         }
         let local = dir.path().join(format!("c-{op}"));
         s.checkpoint(&local).unwrap();
         // Both stores name their first SST files alike; the prefixes keep them apart.
-        let up = IncrementalUploader::new(&storage, &format!("run1-op{op}")).upload(&local, &format!("chk-1/op-{op}")).unwrap();
+        let up = IncrementalUploader::new(&storage, &format!("run1-op{op}"))
+            .upload(&local, &format!("chk-1/op-{op}"))
+            .unwrap();
         manifests.push(up.manifest);
     }
     for (op, manifest) in manifests.iter().enumerate() {
@@ -225,7 +265,10 @@ fn two_stores_uploading_into_one_storage_never_share_or_overwrite_a_file() {
         restore(&storage, manifest, &target).unwrap();
         let r = store(&target, 1 << 20);
         let count = r.value_state::<u64>("count").unwrap();
-        assert_eq!(count.get(&7u32.to_be_bytes()).unwrap(), Some(op as u64 * 1000 + 7));
+        assert_eq!(
+            count.get(&7u32.to_be_bytes()).unwrap(),
+            Some(op as u64 * 1000 + 7)
+        );
     }
 }
 

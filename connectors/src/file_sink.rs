@@ -55,7 +55,12 @@ impl FileSink {
     /// restored `state`, commits its pending files and deletes the subtask's
     /// other hidden files; without one, refuses a directory that already
     /// holds this sink's part files.
-    pub fn open(dir: &Path, prefix: &str, subtask: u32, restored: Option<SinkState>) -> Result<Self> {
+    pub fn open(
+        dir: &Path,
+        prefix: &str,
+        subtask: u32,
+        restored: Option<SinkState>,
+    ) -> Result<Self> {
         fs::create_dir_all(dir).map_err(ConnectorError::io(dir))?;
         let mut sink = Self {
             dir: dir.to_owned(),
@@ -77,11 +82,15 @@ impl FileSink {
     }
 
     fn visible(&self, seq: u64) -> PathBuf {
-        self.dir.join(format!("{}-{}-{seq:06}.jsonl", self.prefix, self.subtask))
+        self.dir
+            .join(format!("{}-{}-{seq:06}.jsonl", self.prefix, self.subtask))
     }
 
     fn hidden(&self, seq: u64) -> PathBuf {
-        self.dir.join(format!(".{}-{}-{seq:06}.jsonl.inprogress", self.prefix, self.subtask))
+        self.dir.join(format!(
+            ".{}-{}-{seq:06}.jsonl.inprogress",
+            self.prefix, self.subtask
+        ))
     }
 
     fn own_files(&self) -> Result<Vec<(String, PathBuf)>> {
@@ -89,7 +98,11 @@ impl FileSink {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(ConnectorError::io(&self.dir))? {
             let path = entry.map_err(ConnectorError::io(&self.dir))?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             if name.trim_start_matches('.').starts_with(&mine) {
                 out.push((name, path));
             }
@@ -150,10 +163,13 @@ impl FileSink {
         if let Some(mut current) = self.current.take() {
             let path = self.hidden(current.seq);
             current.writer.flush().map_err(ConnectorError::io(&path))?;
-            let file = current.writer.into_inner().map_err(|e| ConnectorError::Io {
-                path: path.clone(),
-                source: e.into_error(),
-            })?;
+            let file = current
+                .writer
+                .into_inner()
+                .map_err(|e| ConnectorError::Io {
+                    path: path.clone(),
+                    source: e.into_error(),
+                })?;
             file.sync_data().map_err(ConnectorError::io(&path))?;
             self.state.pending.push(PendingFile {
                 checkpoint,
@@ -177,7 +193,10 @@ impl FileSink {
             } else if !visible.exists() {
                 return Err(ConnectorError::Io {
                     path: hidden,
-                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "a pending part file of a completed checkpoint is gone"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "a pending part file of a completed checkpoint is gone",
+                    ),
                 });
             }
         }

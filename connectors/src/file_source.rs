@@ -33,7 +33,12 @@ pub enum Format {
 impl Format {
     /// The format a file name implies (`.parquet`, `.csv`, `.jsonl`/`.ndjson`/`.json`).
     pub fn from_path(path: &Path) -> Result<Self> {
-        match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             Some("parquet") => Ok(Format::Parquet),
             Some("csv") => Ok(Format::Csv),
             Some("jsonl" | "ndjson" | "json") => Ok(Format::JsonLines),
@@ -153,12 +158,18 @@ struct ParquetRows {
 /// The arrow type a field is cast to, if the column's type can be read as it.
 fn arrow_target(ty: FieldType, found: &DataType) -> Option<DataType> {
     let ok = match ty {
-        FieldType::String => matches!(found, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+        FieldType::String => matches!(
+            found,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ),
         FieldType::Int64 => found.is_integer(),
         FieldType::Float64 => found.is_numeric(),
-        FieldType::Timestamp => matches!(found, DataType::Timestamp(..) | DataType::Date32 | DataType::Date64),
+        FieldType::Timestamp => matches!(
+            found,
+            DataType::Timestamp(..) | DataType::Date32 | DataType::Date64
+        ),
     };
-    ok.then(|| match ty {
+    ok.then_some(match ty {
         FieldType::String => DataType::Utf8,
         FieldType::Int64 => DataType::Int64,
         FieldType::Float64 => DataType::Float64,
@@ -169,13 +180,20 @@ fn arrow_target(ty: FieldType, found: &DataType) -> Option<DataType> {
 impl ParquetRows {
     fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
         let file = File::open(path).map_err(ConnectorError::io(path))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| corrupt(path, "Parquet", e))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| corrupt(path, "Parquet", e))?;
         let total = builder.metadata().file_metadata().num_rows().max(0) as u64;
         let arrow_schema = builder.schema().clone();
-        let names: Vec<String> = arrow_schema.fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<String> = arrow_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         let mut indices = Vec::new();
         for (name, ty) in &schema.fields {
-            let (i, field) = arrow_schema.column_with_name(name).ok_or_else(|| missing(path, name, &names))?;
+            let (i, field) = arrow_schema
+                .column_with_name(name)
+                .ok_or_else(|| missing(path, name, &names))?;
             arrow_target(*ty, field.data_type()).ok_or_else(|| ConnectorError::WrongType {
                 path: path.to_owned(),
                 column: name.clone(),
@@ -230,7 +248,10 @@ impl ParquetRows {
         RecordError {
             record: self.number + 1,
             field: None,
-            reason: format!("{}: cannot read Parquet data: {reason}", self.path.display()),
+            reason: format!(
+                "{}: cannot read Parquet data: {reason}",
+                self.path.display()
+            ),
         }
     }
 
@@ -244,7 +265,9 @@ impl ParquetRows {
             FieldType::String => Value::String(array.as_string::<i32>().value(i).to_owned()),
             FieldType::Int64 => Value::Int64(array.as_primitive::<Int64Type>().value(i)),
             FieldType::Float64 => Value::Float64(array.as_primitive::<Float64Type>().value(i)),
-            FieldType::Timestamp => Value::Timestamp(array.as_primitive::<TimestampMillisecondType>().value(i)),
+            FieldType::Timestamp => {
+                Value::Timestamp(array.as_primitive::<TimestampMillisecondType>().value(i))
+            }
         }
     }
 }
@@ -313,7 +336,12 @@ impl CsvRows {
         let columns = schema
             .fields
             .iter()
-            .map(|(name, _)| headers.iter().position(|h| h == name).ok_or_else(|| missing(path, name, &headers)))
+            .map(|(name, _)| {
+                headers
+                    .iter()
+                    .position(|h| h == name)
+                    .ok_or_else(|| missing(path, name, &headers))
+            })
             .collect::<Result<_>>()?;
         let mut offset = reader.position().byte();
         if start.records > 0 {
@@ -348,7 +376,9 @@ impl RowReader for CsvRows {
             Ok(true) => {
                 let (record, columns) = (&self.record, &self.columns);
                 Some(typed_row(self.number, &self.schema, |i| {
-                    let cell = record.get(columns[i]).ok_or("the record has too few cells")?;
+                    let cell = record
+                        .get(columns[i])
+                        .ok_or("the record has too few cells")?;
                     parse_text(cell, self.schema.fields[i].1)
                 }))
             }
@@ -371,7 +401,8 @@ struct JsonRows {
 impl JsonRows {
     fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
         let mut file = File::open(path).map_err(ConnectorError::io(path))?;
-        file.seek(SeekFrom::Start(start.byte_offset)).map_err(ConnectorError::io(path))?;
+        file.seek(SeekFrom::Start(start.byte_offset))
+            .map_err(ConnectorError::io(path))?;
         Ok(Self {
             lines: BufReader::with_capacity(1 << 16, file),
             schema: schema.clone(),
@@ -381,7 +412,10 @@ impl JsonRows {
         })
     }
 
-    fn json_value(v: Option<&serde_json::Value>, ty: FieldType) -> std::result::Result<Value, String> {
+    fn json_value(
+        v: Option<&serde_json::Value>,
+        ty: FieldType,
+    ) -> std::result::Result<Value, String> {
         use serde_json::Value as J;
         match (v, ty) {
             (None, _) => Err("missing".to_owned()),
@@ -389,9 +423,17 @@ impl JsonRows {
             (Some(J::String(s)), _) => parse_text(s, ty),
             (Some(J::Number(n)), FieldType::Int64 | FieldType::Timestamp) => n
                 .as_i64()
-                .map(|i| if ty == FieldType::Int64 { Value::Int64(i) } else { Value::Timestamp(i) })
+                .map(|i| {
+                    if ty == FieldType::Int64 {
+                        Value::Int64(i)
+                    } else {
+                        Value::Timestamp(i)
+                    }
+                })
                 .ok_or_else(|| format!("{n} is not an integer")),
-            (Some(J::Number(n)), FieldType::Float64) => n.as_f64().map(Value::Float64).ok_or_else(|| n.to_string()),
+            (Some(J::Number(n)), FieldType::Float64) => {
+                n.as_f64().map(Value::Float64).ok_or_else(|| n.to_string())
+            }
             (Some(other), _) => Err(format!("expected {}, got {other}", ty.label())),
         }
     }
@@ -419,16 +461,17 @@ impl RowReader for JsonRows {
                 self.number -= 1;
                 continue;
             }
-            let object: serde_json::Map<String, serde_json::Value> = match serde_json::from_str(&self.line) {
-                Ok(o) => o,
-                Err(e) => {
-                    return Some(Err(RecordError {
-                        record: self.number,
-                        field: None,
-                        reason: format!("not a JSON object: {e}"),
-                    }))
-                }
-            };
+            let object: serde_json::Map<String, serde_json::Value> =
+                match serde_json::from_str(&self.line) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        return Some(Err(RecordError {
+                            record: self.number,
+                            field: None,
+                            reason: format!("not a JSON object: {e}"),
+                        }))
+                    }
+                };
             let schema = &self.schema;
             return Some(typed_row(self.number, schema, |i| {
                 let (name, ty) = &schema.fields[i];

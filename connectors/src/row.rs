@@ -113,8 +113,16 @@ pub fn parse_text(text: &str, ty: FieldType) -> Result<Value, String> {
     let bad = |what: &str| format!("'{text}' is not {what}");
     match ty {
         FieldType::String => Ok(Value::String(text.to_owned())),
-        FieldType::Int64 => text.trim().parse().map(Value::Int64).map_err(|_| bad("an integer")),
-        FieldType::Float64 => text.trim().parse().map(Value::Float64).map_err(|_| bad("a number")),
+        FieldType::Int64 => text
+            .trim()
+            .parse()
+            .map(Value::Int64)
+            .map_err(|_| bad("an integer")),
+        FieldType::Float64 => text
+            .trim()
+            .parse()
+            .map(Value::Float64)
+            .map_err(|_| bad("a number")),
         FieldType::Timestamp => parse_timestamp(text.trim())
             .map(Value::Timestamp)
             .ok_or_else(|| bad("a timestamp (e.g. 2001-01-01T00:01:00)")),
@@ -154,7 +162,12 @@ mod tests {
     #[test]
     fn timestamps_parse_in_the_documented_forms() {
         let want = Value::Timestamp(978_307_260_000);
-        for t in ["2001-01-01T00:01:00", "2001-01-01 00:01", "2001/01/01 00:01", "2001-01-01T00:01:00Z"] {
+        for t in [
+            "2001-01-01T00:01:00",
+            "2001-01-01 00:01",
+            "2001/01/01 00:01",
+            "2001-01-01T00:01:00Z",
+        ] {
             assert_eq!(parse_text(t, FieldType::Timestamp), Ok(want.clone()), "{t}");
         }
         assert_eq!(format_timestamp(978_307_260_000), "2001-01-01T00:01:00");

@@ -45,7 +45,8 @@ impl Throttle {
         let mut slot = p.next_ns.fetch_add(p.interval_ns, Ordering::Relaxed);
         let floor = now.saturating_sub(BURST_NS);
         if slot < floor {
-            p.next_ns.fetch_max(floor + p.interval_ns, Ordering::Relaxed);
+            p.next_ns
+                .fetch_max(floor + p.interval_ns, Ordering::Relaxed);
             slot = floor;
         }
         if slot > now + SLICE_NS {

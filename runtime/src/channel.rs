@@ -44,11 +44,13 @@ pub struct TaskTimes {
 
 impl TaskTimes {
     pub(crate) fn add_idle(&self, since: Instant) {
-        self.idle_ns.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.idle_ns
+            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn add_backpressured(&self, since: Instant) {
-        self.backpressured_ns.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.backpressured_ns
+            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// (idle, backpressured) nanoseconds so far.

@@ -124,15 +124,22 @@ impl CheckpointStorage {
     /// Storage rooted at `root` (created if absent).
     pub fn open(root: &Path) -> Result<Self> {
         fs::create_dir_all(root).map_err(RuntimeError::io(root))?;
-        Ok(Self { root: root.to_owned() })
+        Ok(Self {
+            root: root.to_owned(),
+        })
     }
 
     /// Opens existing storage for reading; a missing directory is an error.
     pub fn existing(root: &Path) -> Result<Self> {
         if !root.is_dir() {
-            return Err(RuntimeError::checkpoint(root, "no such checkpoint directory"));
+            return Err(RuntimeError::checkpoint(
+                root,
+                "no such checkpoint directory",
+            ));
         }
-        Ok(Self { root: root.to_owned() })
+        Ok(Self {
+            root: root.to_owned(),
+        })
     }
 
     /// The root directory.
@@ -148,13 +155,17 @@ impl CheckpointStorage {
     pub fn list(&self) -> Result<Vec<CheckpointMetadata>> {
         let mut out = Vec::new();
         for entry in fs::read_dir(&self.root).map_err(RuntimeError::io(&self.root))? {
-            let path = entry.map_err(RuntimeError::io(&self.root))?.path().join("_metadata");
+            let path = entry
+                .map_err(RuntimeError::io(&self.root))?
+                .path()
+                .join("_metadata");
             if !path.is_file() {
                 continue;
             }
             let text = fs::read_to_string(&path).map_err(RuntimeError::io(&path))?;
-            let meta: CheckpointMetadata =
-                serde_json::from_str(&text).map_err(|e| RuntimeError::checkpoint(&path, format!("unreadable metadata: {e}")))?;
+            let meta: CheckpointMetadata = serde_json::from_str(&text).map_err(|e| {
+                RuntimeError::checkpoint(&path, format!("unreadable metadata: {e}"))
+            })?;
             out.push(meta);
         }
         out.sort_by_key(|m| m.id);
@@ -171,7 +182,8 @@ impl CheckpointStorage {
         let dir = self.dir_of(meta.id);
         fs::create_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
         let tmp = dir.join("_metadata.tmp");
-        let body = serde_json::to_vec_pretty(meta).map_err(|e| RuntimeError::checkpoint(&tmp, e))?;
+        let body =
+            serde_json::to_vec_pretty(meta).map_err(|e| RuntimeError::checkpoint(&tmp, e))?;
         {
             use std::io::Write;
             let mut f = fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
@@ -179,11 +191,15 @@ impl CheckpointStorage {
             f.sync_all().map_err(RuntimeError::io(&tmp))?;
         }
         fs::rename(&tmp, dir.join("_metadata")).map_err(RuntimeError::io(&tmp))?;
-        fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(RuntimeError::io(&dir))
+        fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(RuntimeError::io(&dir))
     }
 
     fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
-        meta.operators.iter().flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
+        meta.operators
+            .iter()
+            .flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
     }
 
     /// Keeps the newest `keep` completed checkpoints; deletes the others and
@@ -196,7 +212,9 @@ impl CheckpointStorage {
         let (dropped, kept) = all.split_at(all.len() - keep);
         let live: HashSet<&str> = kept.iter().flat_map(Self::objects).collect();
         for meta in dropped {
-            for object in Self::objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o)) {
+            for object in
+                Self::objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o))
+            {
                 let _ = fs::remove_file(self.root.join(object));
             }
             let dir = self.dir_of(meta.id);
@@ -210,10 +228,18 @@ impl CheckpointStorage {
     /// Call only while no checkpoint is in flight (at job start).
     pub(crate) fn sweep_incomplete(&self) -> Result<()> {
         let all = self.list()?;
-        let live: HashSet<String> = all.iter().flat_map(Self::objects).map(str::to_owned).collect();
+        let live: HashSet<String> = all
+            .iter()
+            .flat_map(Self::objects)
+            .map(str::to_owned)
+            .collect();
         for entry in fs::read_dir(&self.root).map_err(RuntimeError::io(&self.root))? {
             let path = entry.map_err(RuntimeError::io(&self.root))?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             if name.starts_with("chk-") && !path.join("_metadata").is_file() {
                 fs::remove_dir_all(&path).map_err(RuntimeError::io(&path))?;
             }
@@ -313,7 +339,10 @@ impl Coordinator {
     async fn start(&mut self, is_final: bool) -> Result<InFlight> {
         let id = self.next_id;
         self.next_id += 1;
-        self.trigger.send(Trigger { id, is_final }).await.map_err(|_| RuntimeError::Disconnected)?;
+        self.trigger
+            .send(Trigger { id, is_final })
+            .await
+            .map_err(|_| RuntimeError::Disconnected)?;
         let n = self.parallelism as usize;
         Ok(InFlight {
             id,
@@ -327,7 +356,8 @@ impl Coordinator {
 
     fn complete(&self, f: &InFlight) -> Option<CheckpointMetadata> {
         let source = f.source.clone()?;
-        let operators: Vec<OperatorSnapshot> = f.operators.iter().cloned().collect::<Option<_>>()?;
+        let operators: Vec<OperatorSnapshot> =
+            f.operators.iter().cloned().collect::<Option<_>>()?;
         let sinks: Vec<SinkState> = f.sinks.iter().cloned().collect::<Option<_>>()?;
         Some(CheckpointMetadata {
             id: f.id,

@@ -86,7 +86,11 @@ enum CheckpointsCommand {
 #[derive(Debug, Subcommand)]
 enum StateCommand {
     /// Print one key's state as JSON (route-history keys are written LAS-PHL).
-    Get { dir: PathBuf, state: String, key: String },
+    Get {
+        dir: PathBuf,
+        state: String,
+        key: String,
+    },
 }
 
 /// Runs the CLI; the error's `Display` is the one-line reason to print.
@@ -108,13 +112,23 @@ pub fn main(cli: Cli) -> Result<()> {
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {
-            let json = crate::inspect::with_key_state(&dir, &route_history::states(), key.as_bytes(), |store, meta| {
-                if meta.job != "route-history" {
-                    return Err(RuntimeError::checkpoint(&dir, format!("holds job '{}', which has no state reader", meta.job)));
-                }
-                let value = route_history::render_state(store, &state, key.as_bytes())?;
-                Ok(serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}))
-            })?;
+            let json = crate::inspect::with_key_state(
+                &dir,
+                &route_history::states(),
+                key.as_bytes(),
+                |store, meta| {
+                    if meta.job != "route-history" {
+                        return Err(RuntimeError::checkpoint(
+                            &dir,
+                            format!("holds job '{}', which has no state reader", meta.job),
+                        ));
+                    }
+                    let value = route_history::render_state(store, &state, key.as_bytes())?;
+                    Ok(
+                        serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}),
+                    )
+                },
+            )?;
             println!("{json}");
             Ok(())
         }

@@ -110,7 +110,10 @@ fn text(key: &str, v: &toml::Value) -> Result<String> {
 
 fn number(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Result<u64> {
     let t = text(key, v)?;
-    let n: u64 = t.trim().parse().map_err(|_| bad(key, format!("'{t}' is not a whole number")))?;
+    let n: u64 = t
+        .trim()
+        .parse()
+        .map_err(|_| bad(key, format!("'{t}' is not a whole number")))?;
     in_range(key, n, range, &t)
 }
 
@@ -118,7 +121,14 @@ fn in_range(key: &str, n: u64, range: std::ops::RangeInclusive<u64>, shown: &str
     if range.contains(&n) {
         Ok(n)
     } else {
-        Err(bad(key, format!("{shown} is outside the allowed range {}..={}", range.start(), range.end())))
+        Err(bad(
+            key,
+            format!(
+                "{shown} is outside the allowed range {}..={}",
+                range.start(),
+                range.end()
+            ),
+        ))
     }
 }
 
@@ -132,15 +142,33 @@ fn size(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Res
     if range.contains(&n) {
         return Ok(n);
     }
-    let (lo, hi) = (bytesize::ByteSize(*range.start()), bytesize::ByteSize(*range.end()));
-    Err(bad(key, format!("{t} is outside the allowed range {lo}..={hi}")))
+    let (lo, hi) = (
+        bytesize::ByteSize(*range.start()),
+        bytesize::ByteSize(*range.end()),
+    );
+    Err(bad(
+        key,
+        format!("{t} is outside the allowed range {lo}..={hi}"),
+    ))
 }
 
 fn duration(key: &str, v: &toml::Value, min: Duration, max: Duration) -> Result<Duration> {
     let t = text(key, v)?;
-    let d = humantime::parse_duration(t.trim()).map_err(|e| bad(key, format!("'{t}' is not a duration (e.g. 2s, 500ms): {e}")))?;
+    let d = humantime::parse_duration(t.trim()).map_err(|e| {
+        bad(
+            key,
+            format!("'{t}' is not a duration (e.g. 2s, 500ms): {e}"),
+        )
+    })?;
     if d < min || d > max {
-        return Err(bad(key, format!("{t} is outside the allowed range {}..={}", humantime::format_duration(min), humantime::format_duration(max))));
+        return Err(bad(
+            key,
+            format!(
+                "{t} is outside the allowed range {}..={}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ),
+        ));
     }
     Ok(d)
 }
@@ -153,23 +181,32 @@ impl JobConfig {
         let mut flat: Vec<(String, toml::Value)> = Vec::new();
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(RuntimeError::io(path))?;
-            let table: toml::Table = text
-                .parse()
-                .map_err(|e: toml::de::Error| bad(&path.display().to_string(), e.message().to_owned()))?;
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                bad(&path.display().to_string(), e.message().to_owned())
+            })?;
             flatten("", &toml::Value::Table(table), &mut flat);
         }
         for o in overrides {
             let (key, value) = o
                 .split_once('=')
                 .ok_or_else(|| bad(o, "a -D override must be written key=value"))?;
-            flat.push((key.trim().to_owned(), toml::Value::String(value.trim().to_owned())));
+            flat.push((
+                key.trim().to_owned(),
+                toml::Value::String(value.trim().to_owned()),
+            ));
         }
         let mut config = JobConfig::default();
         for (key, value) in &flat {
             config.set(key, value)?;
         }
         if config.max_parallelism < config.parallelism {
-            return Err(bad("max-parallelism", format!("{} is below parallelism {}", config.max_parallelism, config.parallelism)));
+            return Err(bad(
+                "max-parallelism",
+                format!(
+                    "{} is below parallelism {}",
+                    config.max_parallelism, config.parallelism
+                ),
+            ));
         }
         Ok(config)
     }
@@ -180,7 +217,12 @@ impl JobConfig {
             "parallelism" => self.parallelism = number(key, v, 1..=256)? as u32,
             "max-parallelism" => self.max_parallelism = number(key, v, 1..=32768)? as u32,
             "checkpoint.interval" => {
-                self.checkpoint_interval = duration(key, v, Duration::from_millis(100), Duration::from_secs(86_400))?
+                self.checkpoint_interval = duration(
+                    key,
+                    v,
+                    Duration::from_millis(100),
+                    Duration::from_secs(86_400),
+                )?
             }
             "checkpoint.retained" => self.checkpoints_retained = number(key, v, 1..=100)? as usize,
             "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
@@ -192,19 +234,31 @@ impl JobConfig {
             "channel.batch-size" => self.batch_size = number(key, v, 1..=65536)? as usize,
             "watermark.out-of-orderness" => {
                 self.out_of_orderness_ms =
-                    duration(key, v, Duration::ZERO, Duration::from_secs(365 * 86_400))?.as_millis() as i64
+                    duration(key, v, Duration::ZERO, Duration::from_secs(365 * 86_400))?.as_millis()
+                        as i64
             }
             "watermark.interval" => {
-                self.watermark_interval = duration(key, v, Duration::from_millis(1), Duration::from_secs(3600))?
+                self.watermark_interval =
+                    duration(key, v, Duration::from_millis(1), Duration::from_secs(3600))?
             }
             "bad-input.policy" => {
                 self.bad_input = match text(key, v)?.trim() {
                     "fail" => BadInputPolicy::Fail,
                     "dead-letter" => BadInputPolicy::DeadLetter,
-                    other => return Err(bad(key, format!("'{other}' is not one of: fail, dead-letter"))),
+                    other => {
+                        return Err(bad(
+                            key,
+                            format!("'{other}' is not one of: fail, dead-letter"),
+                        ))
+                    }
                 }
             }
-            _ => return Err(bad(key, "unknown key (see the configuration table in the README)")),
+            _ => {
+                return Err(bad(
+                    key,
+                    "unknown key (see the configuration table in the README)",
+                ))
+            }
         }
         Ok(())
     }
@@ -214,7 +268,11 @@ fn flatten(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) 
     match v {
         toml::Value::Table(t) => {
             for (k, v) in t {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 flatten(&key, v, out);
             }
         }
@@ -227,12 +285,20 @@ mod tests {
     use super::*;
 
     fn load(overrides: &[&str]) -> Result<JobConfig> {
-        JobConfig::load(None, &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        JobConfig::load(
+            None,
+            &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
     }
 
     #[test]
     fn overrides_set_the_issue_keys() {
-        let c = load(&["checkpoint.interval=2s", "state.l1.capacity=1MB", "sink.max-records-per-second=20000"]).unwrap();
+        let c = load(&[
+            "checkpoint.interval=2s",
+            "state.l1.capacity=1MB",
+            "sink.max-records-per-second=20000",
+        ])
+        .unwrap();
         assert_eq!(c.checkpoint_interval, Duration::from_secs(2));
         assert_eq!(c.l1_capacity, 1_000_000);
         assert_eq!(c.sink_rate, Some(20_000));
@@ -251,10 +317,19 @@ mod tests {
     #[test]
     fn invalid_values_name_the_key_and_range() {
         let e = load(&["state.l1.capacity=1KB"]).unwrap_err().to_string();
-        assert!(e.contains("state.l1.capacity") && e.contains("allowed range"), "{e}");
+        assert!(
+            e.contains("state.l1.capacity") && e.contains("allowed range"),
+            "{e}"
+        );
         let e = load(&["checkpoint.interval=soon"]).unwrap_err().to_string();
-        assert!(e.contains("checkpoint.interval") && e.contains("not a duration"), "{e}");
+        assert!(
+            e.contains("checkpoint.interval") && e.contains("not a duration"),
+            "{e}"
+        );
         let e = load(&["no.such.key=1"]).unwrap_err().to_string();
-        assert!(e.contains("no.such.key") && e.contains("unknown key"), "{e}");
+        assert!(
+            e.contains("no.such.key") && e.contains("unknown key"),
+            "{e}"
+        );
     }
 }

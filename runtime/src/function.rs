@@ -29,11 +29,21 @@ pub trait KeyedProcessFunction: Send + 'static {
     fn open(&mut self, store: &StateStore) -> Result<(), FunctionError>;
 
     /// Processes one record of key `key`.
-    fn process(&mut self, key: &[u8], record: Self::In, ctx: &mut Context<'_, Self::Out>) -> Result<(), FunctionError>;
+    fn process(
+        &mut self,
+        key: &[u8],
+        record: Self::In,
+        ctx: &mut Context<'_, Self::Out>,
+    ) -> Result<(), FunctionError>;
 
     /// A timer registered for `key` at `timestamp` fired (the watermark
     /// reached it).
-    fn on_timer(&mut self, key: &[u8], timestamp: i64, ctx: &mut Context<'_, Self::Out>) -> Result<(), FunctionError> {
+    fn on_timer(
+        &mut self,
+        key: &[u8],
+        timestamp: i64,
+        ctx: &mut Context<'_, Self::Out>,
+    ) -> Result<(), FunctionError> {
         let _ = (key, timestamp, ctx);
         Ok(())
     }

@@ -50,10 +50,12 @@ pub fn with_key_state<T>(
     let meta = latest(dir)?;
     let kg = key_group_of(key, meta.max_parallelism);
     let index = KeyGroupRange::operator_for(kg, meta.max_parallelism, meta.parallelism) as usize;
-    let op = meta
-        .operators
-        .get(index)
-        .ok_or_else(|| RuntimeError::checkpoint(dir, format!("checkpoint {} lacks operator {index}", meta.id)))?;
+    let op = meta.operators.get(index).ok_or_else(|| {
+        RuntimeError::checkpoint(
+            dir,
+            format!("checkpoint {} lacks operator {index}", meta.id),
+        )
+    })?;
     let tmp = tempdir(dir)?;
     snapshot::restore(dir, &op.manifest, tmp.path())?;
     let mut builder = StateStore::builder(tmp.path())

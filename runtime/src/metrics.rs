@@ -28,7 +28,11 @@ pub(crate) fn publish(p: &Progress, t: &TierStats) {
     metrics::counter!("strata_records_out_total").absolute(p.records_out.load(Ordering::Relaxed));
     metrics::counter!("strata_dead_letters_total").absolute(p.dead_letters.load(Ordering::Relaxed));
     metrics::gauge!("strata_source_position").set(p.done.load(Ordering::Relaxed) as f64);
-    metrics::gauge!("strata_source_lag").set(p.total.load(Ordering::Relaxed).saturating_sub(p.done.load(Ordering::Relaxed)) as f64);
+    metrics::gauge!("strata_source_lag").set(
+        p.total
+            .load(Ordering::Relaxed)
+            .saturating_sub(p.done.load(Ordering::Relaxed)) as f64,
+    );
     metrics::counter!("strata_state_l1_hits_total").absolute(t.l1_hits);
     metrics::counter!("strata_state_l1_misses_total").absolute(t.l1_misses);
     metrics::counter!("strata_state_l1_spills_total").absolute(t.l1_spills);
@@ -43,8 +47,10 @@ pub(crate) fn publish(p: &Progress, t: &TierStats) {
 pub(crate) fn publish_task(task: &str, idle_ms: u64, backpressured_ms: u64) {
     let labels = [("task", task.to_owned())];
     metrics::gauge!("strata_task_idle_ms_per_second", &labels).set(idle_ms as f64);
-    metrics::gauge!("strata_task_backpressured_ms_per_second", &labels).set(backpressured_ms as f64);
-    metrics::gauge!("strata_task_busy_ms_per_second", &labels).set(1000u64.saturating_sub(idle_ms + backpressured_ms) as f64);
+    metrics::gauge!("strata_task_backpressured_ms_per_second", &labels)
+        .set(backpressured_ms as f64);
+    metrics::gauge!("strata_task_busy_ms_per_second", &labels)
+        .set(1000u64.saturating_sub(idle_ms + backpressured_ms) as f64);
 }
 
 pub(crate) fn publish_checkpoint(c: &crate::checkpoint::CheckpointStats) {

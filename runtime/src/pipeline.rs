@@ -38,10 +38,13 @@ use std::time::{Duration, Instant};
 use strata_cache::key_group::KeyGroupRange;
 use strata_cache::snapshot::{self, IncrementalUploader};
 use strata_cache::{L2Budget, StateDescriptor, StateStore, TierStats};
-use strata_connectors::{FileSink, FileSource, Format, Position, RecordError, Row, Schema, Throttle};
+use strata_connectors::{
+    FileSink, FileSource, Format, Position, RecordError, Row, Schema, Throttle,
+};
 use tokio::sync::{mpsc, watch};
 
-pub(crate) type ParseFn<I> = Arc<dyn Fn(Row, &Schema) -> std::result::Result<I, RecordError> + Send + Sync>;
+pub(crate) type ParseFn<I> =
+    Arc<dyn Fn(Row, &Schema) -> std::result::Result<I, RecordError> + Send + Sync>;
 pub(crate) type KeyFn<I> = Arc<dyn Fn(&I) -> Vec<u8> + Send + Sync>;
 pub(crate) type TimestampFn<I> = Arc<dyn Fn(&I) -> i64 + Send + Sync>;
 
@@ -183,14 +186,24 @@ where
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
         }
-        let source_spec = self.source.as_ref().ok_or_else(|| Self::missing("source"))?;
+        let source_spec = self
+            .source
+            .as_ref()
+            .ok_or_else(|| Self::missing("source"))?;
         let output = self.output.clone().ok_or_else(|| Self::missing("sink"))?;
-        let storage = CheckpointStorage::open(&self.checkpoint_dir.clone().unwrap_or_else(|| output.join("_checkpoints")))?;
+        let storage = CheckpointStorage::open(
+            &self
+                .checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| output.join("_checkpoints")),
+        )?;
         let restored = self.restore_point(&storage)?;
         let c = &self.config;
         let par = restored.as_ref().map_or(c.parallelism, |m| m.parallelism);
         let format = Format::from_path(&source_spec.path)?;
-        let position = restored.as_ref().map_or(Position::default(), |m| m.source.position);
+        let position = restored
+            .as_ref()
+            .map_or(Position::default(), |m| m.source.position);
         let source = FileSource::open(&source_spec.path, format, &source_spec.schema, position)?;
 
         let restore_started = Instant::now();
@@ -198,8 +211,15 @@ where
         let (ack_tx, ack_rx) = mpsc::channel(4 * par as usize + 4);
         let (trigger_tx, trigger_rx) = mpsc::channel(1);
         let (done_tx, done_rx) = watch::channel(restored.as_ref().map_or(0, |m| m.id));
-        let run_id = format!("{:x}", chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default() ^ i64::from(std::process::id()));
-        let work = c.local_dir.clone().unwrap_or_else(|| storage.root().join("_work"));
+        let run_id = format!(
+            "{:x}",
+            chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+                ^ i64::from(std::process::id())
+        );
+        let work = c
+            .local_dir
+            .clone()
+            .unwrap_or_else(|| storage.root().join("_work"));
         let budget = L2Budget::new(c.l2_memory as usize);
 
         let sink_throttle = c.sink_rate.map(Throttle::new);
@@ -217,7 +237,15 @@ where
             clocks.push(TaskClock::new(format!("sink-{i}"), sink_times.clone()));
             let snapshot = restored.as_ref().map(|m| &m.operators[i as usize]);
             let function = (self.factory)();
-            let store = open_store(&work.join(format!("op-{i}")), &function.states(), c, par, &budget, storage.root(), snapshot.map(|s| &s.manifest))?;
+            let store = open_store(
+                &work.join(format!("op-{i}")),
+                &function.states(),
+                c,
+                par,
+                &budget,
+                storage.root(),
+                snapshot.map(|s| &s.manifest),
+            )?;
             if let Some(s) = snapshot {
                 store.clock().advance_watermark(s.watermark);
             }
@@ -244,7 +272,12 @@ where
             let sink = SinkTask::<F::Out> {
                 index: i,
                 gate: InputGate::new(vec![sink_rx], sink_times),
-                sink: FileSink::open(&output, "part", i, restored.as_ref().map(|m| m.sinks[i as usize].clone()))?,
+                sink: FileSink::open(
+                    &output,
+                    "part",
+                    i,
+                    restored.as_ref().map(|m| m.sinks[i as usize].clone()),
+                )?,
                 throttle: sink_throttle.clone(),
                 acks: ack_tx.clone(),
                 completed: done_rx.clone(),
@@ -262,7 +295,9 @@ where
             schema: spec.schema,
             parse: spec.parse,
             key_of: self.key_of.ok_or_else(|| Self::missing("key_by"))?,
-            timestamp_of: self.timestamp_of.ok_or_else(|| Self::missing("timestamps"))?,
+            timestamp_of: self
+                .timestamp_of
+                .ok_or_else(|| Self::missing("timestamps"))?,
             out: Output::new(to_ops, source_times),
             max_parallelism: c.max_parallelism,
             batch_size: c.batch_size,
@@ -291,7 +326,11 @@ where
             completed: done_tx,
         };
         let coordinator = tokio::spawn(coordinator.run());
-        let reporter = tokio::spawn(crate::progress::report(progress.clone(), stores.clone(), clocks));
+        let reporter = tokio::spawn(crate::progress::report(
+            progress.clone(),
+            stores.clone(),
+            clocks,
+        ));
         let outcome = join_all(&mut tasks).await;
         reporter.abort();
         outcome?;
@@ -322,12 +361,29 @@ where
             }
             return Ok(None);
         }
-        let meta = latest.ok_or_else(|| RuntimeError::checkpoint(storage.root(), "--restore latest: there is no completed checkpoint"))?;
+        let meta = latest.ok_or_else(|| {
+            RuntimeError::checkpoint(
+                storage.root(),
+                "--restore latest: there is no completed checkpoint",
+            )
+        })?;
         if meta.job != self.name {
-            return Err(RuntimeError::checkpoint(storage.root(), format!("holds checkpoints of job '{}', not '{}'", meta.job, self.name)));
+            return Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "holds checkpoints of job '{}', not '{}'",
+                    meta.job, self.name
+                ),
+            ));
         }
         if meta.max_parallelism != self.config.max_parallelism {
-            return Err(RuntimeError::checkpoint(storage.root(), format!("was written with max-parallelism {}; restore with the same value", meta.max_parallelism)));
+            return Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "was written with max-parallelism {}; restore with the same value",
+                    meta.max_parallelism
+                ),
+            ));
         }
         storage.sweep_incomplete()?;
         Ok(Some(meta))

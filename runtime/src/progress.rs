@@ -61,12 +61,18 @@ pub(crate) fn tier_totals(stores: &[StateStore]) -> TierStats {
 }
 
 /// Runs until aborted: every second publishes metrics and redraws progress.
-pub(crate) async fn report(progress: Arc<Progress>, stores: Vec<StateStore>, mut clocks: Vec<TaskClock>) {
+pub(crate) async fn report(
+    progress: Arc<Progress>,
+    stores: Vec<StateStore>,
+    mut clocks: Vec<TaskClock>,
+) {
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent}% ETA {eta} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {percent}% ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar
     });
@@ -92,7 +98,10 @@ pub(crate) async fn report(progress: Arc<Progress>, stores: Vec<StateStore>, mut
             progress.records_out.load(Ordering::Relaxed),
             tiers.l1_hit_ratio() * 100.0
         );
-        let (done, total) = (progress.done.load(Ordering::Relaxed), progress.total.load(Ordering::Relaxed));
+        let (done, total) = (
+            progress.done.load(Ordering::Relaxed),
+            progress.total.load(Ordering::Relaxed),
+        );
         match &bar {
             Some(bar) => {
                 bar.set_length(total);

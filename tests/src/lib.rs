@@ -10,15 +10,26 @@ use std::process::{Command, Output};
 
 /// The workspace root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
 }
 
 /// The `strata` binary built in the same profile as this test.
 /// `scripts/test.sh` builds it before running the tests.
 pub fn strata_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe.parent().and_then(Path::parent).expect("target/<profile>").join("strata");
-    assert!(bin.is_file(), "{} is missing: build it first (scripts/test.sh does)", bin.display());
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .join("strata");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (scripts/test.sh does)",
+        bin.display()
+    );
     bin
 }
 
@@ -28,13 +39,20 @@ pub fn flights_path() -> PathBuf {
     let path = std::env::var_os("STRATA_FLIGHTS")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("data/flights-3m.parquet"));
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-data.sh", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/fetch-data.sh",
+        path.display()
+    );
     path
 }
 
 /// Runs `strata` with `args` to completion.
 pub fn strata(args: &[&str]) -> Output {
-    Command::new(strata_bin()).args(args).output().expect("strata runs")
+    Command::new(strata_bin())
+        .args(args)
+        .output()
+        .expect("strata runs")
 }
 
 /// `key=value` pairs of the end-of-run summary line on stderr.
@@ -73,7 +91,8 @@ pub fn read_output(dir: &Path) -> Vec<Line> {
             continue;
         }
         for l in std::fs::read_to_string(&path).expect("part file").lines() {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: bad line {l}: {e}"));
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: bad line {l}: {e}"));
             lines.push(Line {
                 origin: v["origin"].as_str().expect("origin").to_owned(),
                 destination: v["destination"].as_str().expect("destination").to_owned(),
@@ -101,10 +120,26 @@ pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
     let mut last_date = i64::MIN;
     for batch in reader {
         let batch = batch.expect("batch");
-        let date = batch.column_by_name("date").unwrap().as_primitive::<TimestampMicrosecondType>().clone();
-        let delay = batch.column_by_name("delay").unwrap().as_primitive::<Int64Type>().clone();
-        let origin = batch.column_by_name("origin").unwrap().as_string::<i64>().clone();
-        let dest = batch.column_by_name("destination").unwrap().as_string::<i64>().clone();
+        let date = batch
+            .column_by_name("date")
+            .unwrap()
+            .as_primitive::<TimestampMicrosecondType>()
+            .clone();
+        let delay = batch
+            .column_by_name("delay")
+            .unwrap()
+            .as_primitive::<Int64Type>()
+            .clone();
+        let origin = batch
+            .column_by_name("origin")
+            .unwrap()
+            .as_string::<i64>()
+            .clone();
+        let dest = batch
+            .column_by_name("destination")
+            .unwrap()
+            .as_string::<i64>()
+            .clone();
         for i in 0..batch.num_rows() {
             let d = date.value(i) / 1000;
             assert!(d >= last_date, "the flights file is not sorted by date");
@@ -128,7 +163,11 @@ pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
             out.push(Line {
                 origin: origin.clone(),
                 destination: destination.clone(),
-                date: chrono::DateTime::from_timestamp_millis(d).unwrap().naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string(),
+                date: chrono::DateTime::from_timestamp_millis(d)
+                    .unwrap()
+                    .naive_utc()
+                    .format("%Y-%m-%dT%H:%M:%S")
+                    .to_string(),
                 delay,
                 flights_60d: n,
                 avg_bits: (sum as f64 / n as f64).to_bits(),
@@ -144,7 +183,11 @@ pub fn first_difference(got: &[Line], want: &[Line]) -> Option<String> {
     if got == want {
         return None;
     }
-    let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    let i = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
     Some(format!(
         "{} lines vs {} expected; first difference at {i}: got {:?}, want {:?}",
         got.len(),

@@ -22,7 +22,12 @@ fn metric(addr: &str, name: &str) -> Option<f64> {
     write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
-    body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?.rsplit(' ').next()?.parse().ok()
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[test]
@@ -32,7 +37,20 @@ fn a_slow_sink_slows_the_source_and_memory_stays_flat() {
     let port = 20000 + (std::process::id() % 20000) as u16;
     let addr = format!("127.0.0.1:{port}");
     let mut child = Command::new(strata_bin())
-        .args(["run", "route-history", "--input", input.to_str().unwrap(), "--output", dir.path().join("out").to_str().unwrap(), "--metrics-addr", &addr, "-D", "sink.max-records-per-second=20000", "-D", "checkpoint.interval=2s"])
+        .args([
+            "run",
+            "route-history",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            dir.path().join("out").to_str().unwrap(),
+            "--metrics-addr",
+            &addr,
+            "-D",
+            "sink.max-records-per-second=20000",
+            "-D",
+            "checkpoint.interval=2s",
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -41,8 +59,16 @@ fn a_slow_sink_slows_the_source_and_memory_stays_flat() {
     let mut samples = Vec::new();
     while start.elapsed() < Duration::from_secs(14) {
         std::thread::sleep(Duration::from_millis(500));
-        assert!(child.try_wait().unwrap().is_none(), "the throttled job ended early");
-        let (Some(read), Some(written)) = (metric(&addr, "strata_records_in_total"), metric(&addr, "strata_records_out_total")) else { continue };
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the throttled job ended early"
+        );
+        let (Some(read), Some(written)) = (
+            metric(&addr, "strata_records_in_total"),
+            metric(&addr, "strata_records_out_total"),
+        ) else {
+            continue;
+        };
         samples.push((start.elapsed().as_secs_f64(), read, written, rss_bytes(pid)));
     }
     child.kill().unwrap();
@@ -55,7 +81,17 @@ fn a_slow_sink_slows_the_source_and_memory_stays_flat() {
     let in_flight = warm.iter().map(|s| s.1 - s.2).fold(0.0, f64::max);
     let rss_growth = last.3 as f64 - first.3 as f64;
     eprintln!("backpressure: source {source_rate:.0} records/s, peak RSS {} MB, RSS growth {:.1} MB over {:.0}s, max in flight {in_flight:.0} records", peak_rss >> 20, rss_growth / 1e6, last.0 - first.0);
-    assert!((16_000.0..=24_000.0).contains(&source_rate), "the source must follow the sink's 20,000/s, read at {source_rate:.0}/s");
-    assert!(in_flight < 100_000.0, "records between source and sink must stay bounded, saw {in_flight}");
-    assert!(rss_growth < 48e6, "resident memory must stay flat, grew {:.1} MB", rss_growth / 1e6);
+    assert!(
+        (16_000.0..=24_000.0).contains(&source_rate),
+        "the source must follow the sink's 20,000/s, read at {source_rate:.0}/s"
+    );
+    assert!(
+        in_flight < 100_000.0,
+        "records between source and sink must stay bounded, saw {in_flight}"
+    );
+    assert!(
+        rss_growth < 48e6,
+        "resident memory must stay flat, grew {:.1} MB",
+        rss_growth / 1e6
+    );
 }

@@ -8,7 +8,14 @@ use std::sync::Arc;
 use strata_tests::*;
 
 fn run(input: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap()];
+    let mut args = vec![
+        "run",
+        "route-history",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     strata(&args)
 }
@@ -19,7 +26,10 @@ fn one_line_error(input: &Path) -> String {
     let o = run(input, &out.path().join("out"), &[]);
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!o.status.success(), "bad input must fail the job: {stderr}");
-    assert!(!stderr.contains("panicked"), "a panic is not an error message: {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "a panic is not an error message: {stderr}"
+    );
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
     assert!(lines[0].starts_with("strata: error: "), "{stderr}");
@@ -28,7 +38,12 @@ fn one_line_error(input: &Path) -> String {
 
 fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
     let batch = RecordBatch::try_from_iter(columns).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
 }
@@ -47,7 +62,15 @@ fn ints(v: i64) -> ArrayRef {
 fn a_missing_parquet_column_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f.parquet");
-    write_parquet(&path, vec![("date", date()), ("distance", ints(1)), ("origin", strings("LAS")), ("destination", strings("PHL"))]);
+    write_parquet(
+        &path,
+        vec![
+            ("date", date()),
+            ("distance", ints(1)),
+            ("origin", strings("LAS")),
+            ("destination", strings("PHL")),
+        ],
+    );
     let e = one_line_error(&path);
     assert!(e.contains("missing column 'delay'"), "{e}");
 }
@@ -56,9 +79,21 @@ fn a_missing_parquet_column_is_named() {
 fn a_parquet_column_of_the_wrong_type_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f.parquet");
-    write_parquet(&path, vec![("date", date()), ("delay", strings("late")), ("distance", ints(1)), ("origin", strings("LAS")), ("destination", strings("PHL"))]);
+    write_parquet(
+        &path,
+        vec![
+            ("date", date()),
+            ("delay", strings("late")),
+            ("distance", ints(1)),
+            ("origin", strings("LAS")),
+            ("destination", strings("PHL")),
+        ],
+    );
     let e = one_line_error(&path);
-    assert!(e.contains("column 'delay'") && e.contains("expected integer"), "{e}");
+    assert!(
+        e.contains("column 'delay'") && e.contains("expected integer"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -89,9 +124,18 @@ fn a_wrong_value_fails_the_job_naming_record_and_field() {
     let path = dir.path().join("f.csv");
     std::fs::write(&path, CSV).unwrap();
     let e = one_line_error(&path);
-    assert!(e.contains("record 2") && e.contains("field 'delay'") && e.contains("'abc' is not an integer"), "{e}");
+    assert!(
+        e.contains("record 2")
+            && e.contains("field 'delay'")
+            && e.contains("'abc' is not an integer"),
+        "{e}"
+    );
     let no_header = dir.path().join("g.csv");
-    std::fs::write(&no_header, "date,distance,origin,destination\n2001-01-01 00:01,1,LAS,PHL\n").unwrap();
+    std::fs::write(
+        &no_header,
+        "date,distance,origin,destination\n2001-01-01 00:01,1,LAS,PHL\n",
+    )
+    .unwrap();
     assert!(one_line_error(&no_header).contains("missing column 'delay'"));
 }
 
@@ -114,7 +158,10 @@ fn under_the_dead_letter_policy_bad_records_are_counted_and_kept_and_the_rest_fl
         .filter(|e| e.file_name().to_string_lossy().starts_with("dead-letter-"))
         .map(|e| std::fs::read_to_string(e.path()).unwrap())
         .collect();
-    let records: Vec<serde_json::Value> = dead.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<serde_json::Value> = dead
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(records.len(), 2, "{dead}");
     assert_eq!(records[0]["record"], 2);
     assert_eq!(records[0]["field"], "delay");
@@ -127,7 +174,16 @@ fn under_the_dead_letter_policy_bad_records_are_counted_and_kept_and_the_rest_fl
 #[test]
 fn an_invalid_configuration_value_is_named_with_its_range() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&flights_path(), &dir.path().join("out"), &["-D", "state.l1.capacity=12XB"]);
+    let o = run(
+        &flights_path(),
+        &dir.path().join("out"),
+        &["-D", "state.l1.capacity=12XB"],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && stderr.contains("state.l1.capacity") && stderr.contains("not a size"), "{stderr}");
+    assert!(
+        !o.status.success()
+            && stderr.contains("state.l1.capacity")
+            && stderr.contains("not a size"),
+        "{stderr}"
+    );
 }

@@ -13,7 +13,12 @@ fn seed() -> u64 {
     std::env::var("STRATA_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64)
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
 }
 
 /// A small deterministic generator (xorshift), seeded per run and printed so
@@ -40,8 +45,23 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
     let mut restores = 0;
     loop {
         let mut cmd = Command::new(strata_bin());
-        cmd.args(["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap(), "--checkpoint-dir", chk.to_str().unwrap(), "-D", "checkpoint.interval=1s", "-D", "source.max-records-per-second=250000"]);
-        let has_checkpoint = std::fs::read_dir(&chk).map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file())).unwrap_or(false);
+        cmd.args([
+            "run",
+            "route-history",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--checkpoint-dir",
+            chk.to_str().unwrap(),
+            "-D",
+            "checkpoint.interval=1s",
+            "-D",
+            "source.max-records-per-second=250000",
+        ]);
+        let has_checkpoint = std::fs::read_dir(&chk)
+            .map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file()))
+            .unwrap_or(false);
         if has_checkpoint {
             cmd.args(["--restore", "latest"]);
             restores += 1;
@@ -66,10 +86,17 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
             }
         }
         let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "restored run failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "restored run failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         break;
     }
-    assert!(kills >= 2, "the test must actually crash the job (kills: {kills})");
+    assert!(
+        kills >= 2,
+        "the test must actually crash the job (kills: {kills})"
+    );
     assert!(restores >= 1);
     let got = read_output(&out);
     let want = reference_route_history(&flights_path());

@@ -14,10 +14,23 @@ fn run(dir: &std::path::Path, extra: &[&str]) -> std::collections::HashMap<Strin
     let input = flights_path();
     let out = dir.join("out");
     let chk = dir.join("chk");
-    let mut args = vec!["run", "route-history", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap(), "--checkpoint-dir", chk.to_str().unwrap()];
+    let mut args = vec![
+        "run",
+        "route-history",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--checkpoint-dir",
+        chk.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     let o = strata(&args);
-    assert!(o.status.success(), "strata failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "strata failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let figures = summary(&o.stderr);
     eprintln!("figures {extra:?}: {figures:?}");
     let got = read_output(&out);
@@ -39,18 +52,34 @@ fn output_for_all_flights_equals_the_batch_computation() {
     let list = strata(&["checkpoints", "list", chk.to_str().unwrap()]);
     assert!(list.status.success());
     let listed = String::from_utf8_lossy(&list.stdout);
-    assert!(listed.lines().count() >= 1 && listed.lines().count() <= 3, "retention keeps 3:\n{listed}");
+    assert!(
+        listed.lines().count() >= 1 && listed.lines().count() <= 3,
+        "retention keeps 3:\n{listed}"
+    );
     assert!(listed.lines().last().unwrap().contains("final"), "{listed}");
 
     // The last flight of LAS-PHL in the data fixes what the history must hold:
     // the route's flights in the 60 days up to the newest event time.
     let state = strata(&["state", "get", chk.to_str().unwrap(), "history", "LAS-PHL"]);
-    assert!(state.status.success(), "{}", String::from_utf8_lossy(&state.stderr));
+    assert!(
+        state.status.success(),
+        "{}",
+        String::from_utf8_lossy(&state.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
     let history = v["value"].as_array().unwrap();
-    let last = reference().iter().filter(|l| l.origin == "LAS" && l.destination == "PHL").max_by(|a, b| a.date.cmp(&b.date)).unwrap();
+    let last = reference()
+        .iter()
+        .filter(|l| l.origin == "LAS" && l.destination == "PHL")
+        .max_by(|a, b| a.date.cmp(&b.date))
+        .unwrap();
     assert!(!history.is_empty());
-    assert!(history.len() as u64 >= last.flights_60d, "history {} < window of the last flight {}", history.len(), last.flights_60d);
+    assert!(
+        history.len() as u64 >= last.flights_60d,
+        "history {} < window of the last flight {}",
+        history.len(),
+        last.flights_60d
+    );
     assert_eq!(history.last().unwrap()["date"], last.date.as_str());
 }
 
@@ -61,5 +90,8 @@ fn with_a_1mb_l1_the_output_is_unchanged_and_l2_serves_the_misses() {
     let l2_hits: u64 = figures["l2_hits"].parse().unwrap();
     let l1_misses: u64 = figures["l1_misses"].parse().unwrap();
     assert!(l1_misses > 0 && l2_hits > 0, "{figures:?}");
-    assert!(figures["l1_spills"].parse::<u64>().unwrap() > 0, "{figures:?}");
+    assert!(
+        figures["l1_spills"].parse::<u64>().unwrap() > 0,
+        "{figures:?}"
+    );
 }

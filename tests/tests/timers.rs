@@ -32,16 +32,30 @@ impl KeyedProcessFunction for CountThenReport {
         Ok(())
     }
 
-    fn process(&mut self, key: &[u8], (_, ts): (String, i64), ctx: &mut Context<'_, Report>) -> Result<(), FunctionError> {
+    fn process(
+        &mut self,
+        key: &[u8],
+        (_, ts): (String, i64),
+        ctx: &mut Context<'_, Report>,
+    ) -> Result<(), FunctionError> {
         let count = self.count.as_ref().unwrap();
         count.update(key, count.get(key)?.unwrap_or(0) + 1)?;
         ctx.register_event_time_timer(ts + 10_000);
         Ok(())
     }
 
-    fn on_timer(&mut self, key: &[u8], timestamp: i64, ctx: &mut Context<'_, Report>) -> Result<(), FunctionError> {
+    fn on_timer(
+        &mut self,
+        key: &[u8],
+        timestamp: i64,
+        ctx: &mut Context<'_, Report>,
+    ) -> Result<(), FunctionError> {
         let count = self.count.as_ref().unwrap().get(key)?.unwrap_or(0);
-        ctx.emit(Report { key: String::from_utf8_lossy(key).into_owned(), timer: timestamp, count });
+        ctx.emit(Report {
+            key: String::from_utf8_lossy(key).into_owned(),
+            timer: timestamp,
+            count,
+        });
         Ok(())
     }
 }
@@ -55,7 +69,11 @@ fn event_time_timers_fire_once_each_as_the_watermark_passes_them() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("events.csv");
     std::fs::write(&input, "ts,user\n0,a\n1000,b\n5000,a\n30000,a\n").unwrap();
-    let config = JobConfig { batch_size: 1, parallelism: 2, ..JobConfig::default() };
+    let config = JobConfig {
+        batch_size: 1,
+        parallelism: 2,
+        ..JobConfig::default()
+    };
     let schema = Schema::new(&[("ts", FieldType::Timestamp), ("user", FieldType::String)]);
     let out = dir.path().join("out");
     let report = Pipeline::new("timers", config, CountThenReport::default)
@@ -70,10 +88,20 @@ fn event_time_timers_fire_once_each_as_the_watermark_passes_them() {
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("part-"))
-        .flat_map(|e| std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_owned).collect::<Vec<_>>())
+        .flat_map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(&l).unwrap();
-            (v["key"].as_str().unwrap().to_owned(), v["timer"].as_i64().unwrap(), v["count"].as_u64().unwrap())
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                v["timer"].as_i64().unwrap(),
+                v["count"].as_u64().unwrap(),
+            )
         })
         .collect();
     fired.sort_by_key(|f| f.1);
@@ -81,6 +109,11 @@ fn event_time_timers_fire_once_each_as_the_watermark_passes_them() {
     // events by then); a@15s too; a@40s only at the end of input.
     assert_eq!(
         fired,
-        vec![("a".into(), 10_000, 3), ("b".into(), 11_000, 1), ("a".into(), 15_000, 3), ("a".into(), 40_000, 3)]
+        vec![
+            ("a".into(), 10_000, 3),
+            ("b".into(), 11_000, 1),
+            ("a".into(), 15_000, 3),
+            ("a".into(), 40_000, 3)
+        ]
     );
 }

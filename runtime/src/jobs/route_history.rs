@@ -103,7 +103,8 @@ pub fn key(f: &Flight) -> Vec<u8> {
 
 /// The state the job declares.
 pub fn states() -> Vec<StateDescriptor> {
-    vec![StateDescriptor::list(HISTORY).with_ttl(Ttl::event_time(Duration::from_millis(WINDOW_MS as u64)))]
+    vec![StateDescriptor::list(HISTORY)
+        .with_ttl(Ttl::event_time(Duration::from_millis(WINDOW_MS as u64)))]
 }
 
 /// The keyed process function of the job.
@@ -125,9 +126,24 @@ impl KeyedProcessFunction for RouteHistory {
         Ok(())
     }
 
-    fn process(&mut self, key: &[u8], f: Flight, ctx: &mut Context<'_, RouteStats>) -> Result<(), FunctionError> {
-        let history = self.history.as_ref().ok_or("route-history used before open")?;
-        history.add(key, FlightEvent { date: f.date, delay: f.delay, distance: f.distance })?;
+    fn process(
+        &mut self,
+        key: &[u8],
+        f: Flight,
+        ctx: &mut Context<'_, RouteStats>,
+    ) -> Result<(), FunctionError> {
+        let history = self
+            .history
+            .as_ref()
+            .ok_or("route-history used before open")?;
+        history.add(
+            key,
+            FlightEvent {
+                date: f.date,
+                delay: f.delay,
+                distance: f.distance,
+            },
+        )?;
         let window_start = f.date - WINDOW_MS;
         let (mut count, mut sum) = (0u64, 0i64);
         for e in history.get(key)?.iter().filter(|e| e.date > window_start) {
@@ -147,7 +163,11 @@ impl KeyedProcessFunction for RouteHistory {
 }
 
 /// A route's history as JSON (for `strata state get`).
-pub fn render_state(store: &StateStore, state: &str, key: &[u8]) -> crate::Result<serde_json::Value> {
+pub fn render_state(
+    store: &StateStore,
+    state: &str,
+    key: &[u8],
+) -> crate::Result<serde_json::Value> {
     if state != HISTORY {
         return Err(crate::RuntimeError::Config {
             key: "state".into(),

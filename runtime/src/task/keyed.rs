@@ -39,7 +39,9 @@ pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
 /// Waits for background uploads, surfacing the first failure.
 async fn join_uploads(uploads: Vec<JoinHandle<Result<()>>>) -> Result<()> {
     for upload in uploads {
-        upload.await.map_err(|e| RuntimeError::Function(format!("checkpoint upload: {e}")))??;
+        upload
+            .await
+            .map_err(|e| RuntimeError::Function(format!("checkpoint upload: {e}")))??;
     }
     Ok(())
 }
@@ -51,7 +53,9 @@ fn failed(e: crate::function::FunctionError) -> RuntimeError {
 impl<F: KeyedProcessFunction> KeyedTask<F> {
     /// Reads the timers a restored store holds.
     pub(crate) fn restore_timers(store: &StateStore) -> Result<Timers> {
-        Ok(Self::timers_state(store)?.get(TIMERS_KEY)?.unwrap_or_default())
+        Ok(Self::timers_state(store)?
+            .get(TIMERS_KEY)?
+            .unwrap_or_default())
     }
 
     fn timers_state(store: &StateStore) -> Result<ValueState<Timers>> {
@@ -65,7 +69,9 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         loop {
             match self.gate.next().await? {
                 Event::Records(batch) => {
-                    self.progress.records_processed.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    self.progress
+                        .records_processed
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
                     for r in batch {
                         self.process(r, &mut buf)?;
                         if buf.len() >= self.batch_size {
@@ -106,7 +112,9 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
             timestamp: r.ts,
             watermark: self.store.clock().watermark(),
         };
-        self.function.process(&r.key, r.value, &mut ctx).map_err(failed)
+        self.function
+            .process(&r.key, r.value, &mut ctx)
+            .map_err(failed)
     }
 
     async fn emit(&mut self, buf: &mut Vec<F::Out>) -> Result<()> {
@@ -144,10 +152,16 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         if local.exists() {
             std::fs::remove_dir_all(&local).map_err(RuntimeError::io(&local))?;
         }
-        std::fs::create_dir_all(&self.local_checkpoints).map_err(RuntimeError::io(&self.local_checkpoints))?;
+        std::fs::create_dir_all(&self.local_checkpoints)
+            .map_err(RuntimeError::io(&self.local_checkpoints))?;
         self.store.checkpoint(&local)?;
         self.out.broadcast(|| Message::Barrier(id)).await?;
-        let (uploader, acks, index, key_groups) = (self.uploader.clone(), self.acks.clone(), self.index, self.key_groups);
+        let (uploader, acks, index, key_groups) = (
+            self.uploader.clone(),
+            self.acks.clone(),
+            self.index,
+            self.key_groups,
+        );
         let watermark = self.store.clock().watermark();
         Ok(tokio::spawn(async move {
             let upload = tokio::task::spawn_blocking(move || {

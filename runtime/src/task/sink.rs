@@ -56,7 +56,10 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
             }
         }
         while *self.completed.borrow_and_update() < last_barrier {
-            self.completed.changed().await.map_err(|_| RuntimeError::Disconnected)?;
+            self.completed
+                .changed()
+                .await
+                .map_err(|_| RuntimeError::Disconnected)?;
         }
         Ok(self.sink.commit(last_barrier)?)
     }

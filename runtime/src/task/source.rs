@@ -48,7 +48,9 @@ impl<I: Send + 'static> SourceTask<I> {
     pub(crate) async fn run(mut self) -> Result<()> {
         let n = self.out.len();
         let mut routing = Routing {
-            batches: (0..n).map(|_| Vec::with_capacity(self.batch_size)).collect(),
+            batches: (0..n)
+                .map(|_| Vec::with_capacity(self.batch_size))
+                .collect(),
             last_flush: Instant::now(),
             max_ts: i64::MIN,
             watermark: i64::MIN,
@@ -60,7 +62,9 @@ impl<I: Send + 'static> SourceTask<I> {
                 self.checkpoint(trigger.id, &mut routing).await?;
             }
             self.commit_if_completed()?;
-            let Some(row) = self.source.next_row() else { break };
+            let Some(row) = self.source.next_row() else {
+                break;
+            };
             let record = row.and_then(|row| (self.parse)(row, &self.schema));
             match record {
                 Ok(record) => self.route(record, &mut routing).await?,
@@ -73,11 +77,18 @@ impl<I: Send + 'static> SourceTask<I> {
         }
         self.flush(&mut routing).await?;
         self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
-        self.acks.send(Ack::SourceFinished).await.map_err(|_| RuntimeError::Disconnected)?;
+        self.acks
+            .send(Ack::SourceFinished)
+            .await
+            .map_err(|_| RuntimeError::Disconnected)?;
         // A periodic checkpoint may have been triggered before the
         // coordinator learnt that the input ended: take it, then the final one.
         let id = loop {
-            let trigger = self.triggers.recv().await.ok_or(RuntimeError::Disconnected)?;
+            let trigger = self
+                .triggers
+                .recv()
+                .await
+                .ok_or(RuntimeError::Disconnected)?;
             self.checkpoint(trigger.id, &mut routing).await?;
             if trigger.is_final {
                 break trigger.id;
@@ -85,7 +96,10 @@ impl<I: Send + 'static> SourceTask<I> {
         };
         self.out.broadcast(|| Message::End).await?;
         while *self.completed.borrow_and_update() < id {
-            self.completed.changed().await.map_err(|_| RuntimeError::Disconnected)?;
+            self.completed
+                .changed()
+                .await
+                .map_err(|_| RuntimeError::Disconnected)?;
         }
         Ok(self.dead_letter.commit(id)?)
     }
@@ -104,11 +118,17 @@ impl<I: Send + 'static> SourceTask<I> {
         }
         let key = (self.key_of)(&record);
         let kg = key_group_of(&key, self.max_parallelism);
-        let target = KeyGroupRange::operator_for(kg, self.max_parallelism, self.out.len() as u32) as usize;
+        let target =
+            KeyGroupRange::operator_for(kg, self.max_parallelism, self.out.len() as u32) as usize;
         r.max_ts = r.max_ts.max(ts);
-        r.batches[target].push(Keyed { key, ts, value: record });
+        r.batches[target].push(Keyed {
+            key,
+            ts,
+            value: record,
+        });
         if r.batches[target].len() >= self.batch_size {
-            let batch = std::mem::replace(&mut r.batches[target], Vec::with_capacity(self.batch_size));
+            let batch =
+                std::mem::replace(&mut r.batches[target], Vec::with_capacity(self.batch_size));
             self.out.send(target, Message::Records(batch)).await?;
         }
         if r.last_flush.elapsed() >= self.watermark_interval {
@@ -128,7 +148,10 @@ impl<I: Send + 'static> SourceTask<I> {
             }
         }
         r.last_flush = Instant::now();
-        let watermark = r.max_ts.saturating_sub(self.out_of_orderness_ms).saturating_sub(1);
+        let watermark = r
+            .max_ts
+            .saturating_sub(self.out_of_orderness_ms)
+            .saturating_sub(1);
         if watermark > r.watermark {
             r.watermark = watermark;
             self.out.broadcast(|| Message::Watermark(watermark)).await?;
@@ -140,10 +163,13 @@ impl<I: Send + 'static> SourceTask<I> {
         match self.policy {
             BadInputPolicy::Fail => Err(RuntimeError::BadRecord(bad)),
             BadInputPolicy::DeadLetter => {
-                let line = serde_json::to_vec(&bad).map_err(|e| RuntimeError::Function(e.to_string()))?;
+                let line =
+                    serde_json::to_vec(&bad).map_err(|e| RuntimeError::Function(e.to_string()))?;
                 self.dead_letter.write_line(&line)?;
                 self.dead_letters += 1;
-                self.progress.dead_letters.store(self.dead_letters, Ordering::Relaxed);
+                self.progress
+                    .dead_letters
+                    .store(self.dead_letters, Ordering::Relaxed);
                 Ok(())
             }
         }
