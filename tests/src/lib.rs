@@ -48,11 +48,31 @@ pub fn flights_path() -> PathBuf {
 }
 
 /// Runs `strata` with `args` to completion.
-pub fn strata(args: &[&str]) -> Output {
+pub fn strata<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
     Command::new(strata_bin())
         .args(args)
         .output()
         .expect("strata runs")
+}
+
+/// The arguments of `strata run route-history` from `input` into `out`,
+/// with checkpoints in `checkpoints` when given, then `extra`.
+pub fn route_history_args(
+    input: &Path,
+    out: &Path,
+    checkpoints: Option<&Path>,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = ["run", "route-history", "--input"].map(String::from).into();
+    args.push(input.display().to_string());
+    args.push("--output".into());
+    args.push(out.display().to_string());
+    if let Some(dir) = checkpoints {
+        args.push("--checkpoint-dir".into());
+        args.push(dir.display().to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
 }
 
 /// `key=value` pairs of the end-of-run summary line on stderr.

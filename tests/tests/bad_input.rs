@@ -8,16 +8,7 @@ use std::sync::Arc;
 use strata_tests::*;
 
 fn run(input: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "route-history",
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    strata(&args)
+    strata(&route_history_args(input, out, None, extra))
 }
 
 /// Runs the job on `input` and returns its one-line error.

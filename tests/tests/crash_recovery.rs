@@ -45,20 +45,17 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
     let mut restores = 0;
     loop {
         let mut cmd = Command::new(strata_bin());
-        cmd.args([
-            "run",
-            "route-history",
-            "--input",
-            input.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-            "--checkpoint-dir",
-            chk.to_str().unwrap(),
-            "-D",
-            "checkpoint.interval=1s",
-            "-D",
-            "source.max-records-per-second=250000",
-        ]);
+        cmd.args(route_history_args(
+            &input,
+            &out,
+            Some(&chk),
+            &[
+                "-D",
+                "checkpoint.interval=1s",
+                "-D",
+                "source.max-records-per-second=250000",
+            ],
+        ));
         let has_checkpoint = std::fs::read_dir(&chk)
             .map(|d| d.flatten().any(|e| e.path().join("_metadata").is_file()))
             .unwrap_or(false);

@@ -11,20 +11,8 @@ fn reference() -> &'static Vec<Line> {
 }
 
 fn run(dir: &std::path::Path, extra: &[&str]) -> std::collections::HashMap<String, String> {
-    let input = flights_path();
     let out = dir.join("out");
-    let chk = dir.join("chk");
-    let mut args = vec![
-        "run",
-        "route-history",
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--checkpoint-dir",
-        chk.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
+    let args = route_history_args(&flights_path(), &out, Some(&dir.join("chk")), extra);
     let o = strata(&args);
     assert!(
         o.status.success(),
