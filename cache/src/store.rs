@@ -88,6 +88,7 @@ pub struct TierCounters {
     l3_hits: AtomicU64,
     l3_misses: AtomicU64,
     l1_spills: AtomicU64,
+    lower_wait_ns: AtomicU64,
 }
 
 /// A snapshot of a store's tier statistics.
@@ -107,6 +108,8 @@ pub struct TierStats {
     pub l3_misses: u64,
     /// Dirty entries L1 evicted and wrote to L2.
     pub l1_spills: u64,
+    /// Time spent waiting on L2 and L3 reads after L1 misses, in milliseconds.
+    pub lower_wait_ms: u64,
     /// Bytes L1 holds (by the weigher).
     pub l1_bytes: u64,
     /// Bytes L2 holds (live SST files plus memtables).
@@ -123,6 +126,7 @@ impl TierStats {
         self.l3_hits += o.l3_hits;
         self.l3_misses += o.l3_misses;
         self.l1_spills += o.l1_spills;
+        self.lower_wait_ms += o.lower_wait_ms;
         self.l1_bytes += o.l1_bytes;
         self.l2_bytes += o.l2_bytes;
     }
@@ -514,6 +518,7 @@ impl StateStore {
             l3_hits: get(&c.l3_hits),
             l3_misses: get(&c.l3_misses),
             l1_spills: get(&c.l1_spills),
+            lower_wait_ms: get(&c.lower_wait_ns) / 1_000_000,
             l1_bytes: self.inner.l1.weighted_size(),
             l2_bytes: lower
                 .states
@@ -608,6 +613,17 @@ impl StoreInner {
 
     /// Reads the encoded value of an L1 key from L2, then L3.
     pub(crate) fn lower_get(&self, l1_key: &[u8]) -> Result<Found> {
+        let started = std::time::Instant::now();
+        let found = self.lower_get_untimed(l1_key);
+        let waited = started.elapsed().as_nanos() as u64;
+        self.lower
+            .counters
+            .lower_wait_ns
+            .fetch_add(waited, Ordering::Relaxed);
+        found
+    }
+
+    fn lower_get_untimed(&self, l1_key: &[u8]) -> Result<Found> {
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let c = &self.lower.counters;
         if let Some(v) = self.lower.db.get_cf(&self.lower.cf(state)?, &l1_key[2..])? {

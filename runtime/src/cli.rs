@@ -163,7 +163,7 @@ pub fn summary(r: &JobReport) -> String {
     format!(
         "strata: done. records_in={} records_out={} dead_letters={} elapsed_s={:.2} records_per_s={:.0} \
          restored_from={} restore_ms={} checkpoints={} checkpoint_mean_ms={} checkpoint_last_state_bytes={} \
-         l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={}",
+         l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={} l2_wait_ms={}",
         r.records_in,
         r.records_out,
         r.dead_letters,
@@ -181,5 +181,6 @@ pub fn summary(r: &JobReport) -> String {
         r.tiers.l2_misses,
         r.tiers.l2_hit_ratio(),
         r.tiers.l1_spills,
+        r.tiers.lower_wait_ms,
     )
 }

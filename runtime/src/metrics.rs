@@ -1,6 +1,7 @@
 //! Prometheus metrics (`--metrics-addr`): per-tier hits, misses, spills and
 //! bytes; records in/out; per-task busy, backpressured and idle time per
-//! second (Flink's `busyTimeMsPerSecond` and friends); checkpoint figures.
+//! second (Flink's `busyTimeMsPerSecond` and friends) and time waited on
+//! L2/L3 reads; checkpoint figures.
 //!
 //! Names: `strata_state_<tier>_<what>`, `strata_records_<in|out>_total`,
 //! `strata_task_<busy|backpressured|idle>_ms_per_second{task=..}`,
@@ -42,6 +43,12 @@ pub(crate) fn publish(p: &Progress, t: &TierStats) {
     metrics::counter!("strata_state_l3_misses_total").absolute(t.l3_misses);
     metrics::gauge!("strata_state_l1_bytes").set(t.l1_bytes as f64);
     metrics::gauge!("strata_state_l2_bytes").set(t.l2_bytes as f64);
+}
+
+/// Time keyed operator instance `task` has waited on L2/L3 reads.
+pub(crate) fn publish_state_wait(task: &str, t: &TierStats) {
+    metrics::counter!("strata_state_lower_wait_ms_total", "task" => task.to_owned())
+        .absolute(t.lower_wait_ms);
 }
 
 pub(crate) fn publish_task(task: &str, idle_ms: u64, backpressured_ms: u64) {

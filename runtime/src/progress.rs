@@ -87,6 +87,9 @@ pub(crate) async fn report(
         last_in = records;
         let tiers = tier_totals(&stores);
         crate::metrics::publish(&progress, &tiers);
+        for (i, store) in stores.iter().enumerate() {
+            crate::metrics::publish_state_wait(&format!("keyed-{i}"), &store.stats());
+        }
         for c in &mut clocks {
             let (idle, bp) = c.times.totals();
             let (idle_ms, bp_ms) = ((idle - c.last.0) / 1_000_000, (bp - c.last.1) / 1_000_000);
