@@ -337,6 +337,12 @@ where
         let checkpoints = coordinator
             .await
             .map_err(|e| RuntimeError::Function(format!("checkpoint coordinator: {e}")))??;
+        let tiers = crate::progress::tier_totals(&stores);
+        // The final checkpoint holds everything: the live RocksDB
+        // directories are no longer needed once their stores are closed.
+        drop(stores);
+        let _ = reporter.await;
+        std::fs::remove_dir_all(&work).map_err(RuntimeError::io(&work))?;
         use std::sync::atomic::Ordering::Relaxed;
         Ok(JobReport {
             records_in: progress.records_in.load(Relaxed),
@@ -346,7 +352,7 @@ where
             restored_from: restored.map(|m| m.id),
             restore_time,
             checkpoints,
-            tiers: crate::progress::tier_totals(&stores),
+            tiers,
         })
     }
 
