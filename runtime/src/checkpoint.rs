@@ -288,6 +288,7 @@ pub(crate) struct Coordinator {
     pub(crate) retained: usize,
     pub(crate) max_parallelism: u32,
     pub(crate) parallelism: u32,
+    pub(crate) sinks: u32,
     pub(crate) next_id: u64,
     pub(crate) trigger: mpsc::Sender<Trigger>,
     pub(crate) acks: mpsc::Receiver<Ack>,
@@ -343,13 +344,12 @@ impl Coordinator {
             .send(Trigger { id, is_final })
             .await
             .map_err(|_| RuntimeError::Disconnected)?;
-        let n = self.parallelism as usize;
         Ok(InFlight {
             id,
             started: Instant::now(),
             source: None,
-            operators: vec![None; n],
-            sinks: vec![None; n],
+            operators: vec![None; self.parallelism as usize],
+            sinks: vec![None; self.sinks as usize],
             is_final,
         })
     }

@@ -4,7 +4,8 @@
 //!
 //! | key | default | allowed | meaning |
 //! |---|---|---|---|
-//! | `parallelism` | cores | 1–256 | instances of each keyed operator (and sink) |
+//! | `parallelism` | cores | 1–256 | instances of the keyed operator |
+//! | `sink.parallelism` | `parallelism` | 1–`parallelism` | instances of the sink |
 //! | `max-parallelism` | 128 | parallelism–32768 | key groups |
 //! | `checkpoint.interval` | `10s` | 100ms–1d | time between checkpoint triggers |
 //! | `checkpoint.retained` | 3 | 1–100 | completed checkpoints kept |
@@ -39,8 +40,10 @@ pub enum BadInputPolicy {
 /// A validated job configuration.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct JobConfig {
-    /// Instances of each keyed operator and sink.
+    /// Instances of the keyed operator.
     pub parallelism: u32,
+    /// Instances of the sink; `None` = `parallelism`.
+    pub sink_parallelism: Option<u32>,
     /// Number of key groups.
     pub max_parallelism: u32,
     /// Time between checkpoint triggers.
@@ -73,6 +76,7 @@ impl Default for JobConfig {
     fn default() -> Self {
         Self {
             parallelism: std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
+            sink_parallelism: None,
             max_parallelism: 128,
             checkpoint_interval: Duration::from_secs(10),
             checkpoints_retained: 3,
@@ -174,6 +178,11 @@ fn duration(key: &str, v: &toml::Value, min: Duration, max: Duration) -> Result<
 }
 
 impl JobConfig {
+    /// Instances of the sink.
+    pub fn sink_parallelism(&self) -> u32 {
+        self.sink_parallelism.unwrap_or(self.parallelism)
+    }
+
     /// Builds a configuration from a TOML file (optional) and `-D key=value`
     /// overrides, applied in order. Unknown keys and invalid values are
     /// rejected with the key's name and the allowed range.
@@ -199,6 +208,16 @@ impl JobConfig {
         for (key, value) in &flat {
             config.set(key, value)?;
         }
+        if config.sink_parallelism() > config.parallelism {
+            return Err(bad(
+                "sink.parallelism",
+                format!(
+                    "{} is above parallelism {}",
+                    config.sink_parallelism(),
+                    config.parallelism
+                ),
+            ));
+        }
         if config.max_parallelism < config.parallelism {
             return Err(bad(
                 "max-parallelism",
@@ -215,6 +234,7 @@ impl JobConfig {
         const GB: u64 = 1_000_000_000;
         match key {
             "parallelism" => self.parallelism = number(key, v, 1..=256)? as u32,
+            "sink.parallelism" => self.sink_parallelism = Some(number(key, v, 1..=256)? as u32),
             "max-parallelism" => self.max_parallelism = number(key, v, 1..=32768)? as u32,
             "checkpoint.interval" => {
                 self.checkpoint_interval = duration(

@@ -22,8 +22,11 @@
 //! instance i. Every edge is bounded (`channel.capacity` batches of
 //! `channel.batch-size` records).
 
+use crate::channel::Message;
 use crate::channel::{edge, InputGate, Output, TaskTimes};
-use crate::checkpoint::{CheckpointMetadata, CheckpointStats, CheckpointStorage, Coordinator};
+use crate::checkpoint::{
+    Ack, CheckpointMetadata, CheckpointStats, CheckpointStorage, Coordinator, Trigger,
+};
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
@@ -31,6 +34,7 @@ use crate::progress::{Progress, TaskClock};
 use crate::task::keyed::{KeyedTask, TIMERS_STATE};
 use crate::task::sink::SinkTask;
 use crate::task::source::SourceTask;
+use crate::task::Keyed;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -181,157 +185,104 @@ where
         }
     }
 
-    async fn run_async(self) -> Result<JobReport> {
+    async fn run_async(mut self) -> Result<JobReport> {
         let started = Instant::now();
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
         }
-        let source_spec = self
-            .source
-            .as_ref()
-            .ok_or_else(|| Self::missing("source"))?;
+        let spec = self.source.take().ok_or_else(|| Self::missing("source"))?;
+        let key_of = self.key_of.take().ok_or_else(|| Self::missing("key_by"))?;
+        let timestamp_of = self
+            .timestamp_of
+            .take()
+            .ok_or_else(|| Self::missing("timestamps"))?;
         let output = self.output.clone().ok_or_else(|| Self::missing("sink"))?;
-        let storage = CheckpointStorage::open(
-            &self
-                .checkpoint_dir
-                .clone()
-                .unwrap_or_else(|| output.join("_checkpoints")),
-        )?;
+        let checkpoint_dir = self
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| output.join("_checkpoints"));
+        let storage = CheckpointStorage::open(&checkpoint_dir)?;
         let restored = self.restore_point(&storage)?;
-        let c = &self.config;
-        let par = restored.as_ref().map_or(c.parallelism, |m| m.parallelism);
-        let format = Format::from_path(&source_spec.path)?;
         let position = restored
             .as_ref()
             .map_or(Position::default(), |m| m.source.position);
-        let source = FileSource::open(&source_spec.path, format, &source_spec.schema, position)?;
+        let source = FileSource::open(
+            &spec.path,
+            Format::from_path(&spec.path)?,
+            &spec.schema,
+            position,
+        )?;
 
         let restore_started = Instant::now();
-        let progress = Arc::new(Progress::default());
-        let (ack_tx, ack_rx) = mpsc::channel(4 * par as usize + 4);
+        let (par, sink_par) = restored.as_ref().map_or(
+            (self.config.parallelism, self.config.sink_parallelism()),
+            |m| (m.parallelism, m.sinks.len() as u32),
+        );
+        let (ack_tx, ack_rx) = mpsc::channel(2 * (par + sink_par) as usize + 4);
         let (trigger_tx, trigger_rx) = mpsc::channel(1);
         let (done_tx, done_rx) = watch::channel(restored.as_ref().map_or(0, |m| m.id));
-        let run_id = format!(
-            "{:x}",
-            chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
-                ^ i64::from(std::process::id())
-        );
-        let work = c
-            .local_dir
-            .clone()
-            .unwrap_or_else(|| storage.root().join("_work"));
-        let budget = L2Budget::new(c.l2_memory as usize);
-
-        let sink_throttle = c.sink_rate.map(Throttle::new);
-        let mut tasks = tokio::task::JoinSet::new();
-        let mut clocks = Vec::new();
-        let mut stores = Vec::new();
-        let mut to_ops = Vec::new();
-        for i in 0..par {
-            let (tx, rx) = edge(c.channel_capacity);
-            to_ops.push(tx);
-            let (sink_tx, sink_rx) = edge(c.channel_capacity);
-            let op_times = Arc::new(TaskTimes::default());
-            let sink_times = Arc::new(TaskTimes::default());
-            clocks.push(TaskClock::new(format!("keyed-{i}"), op_times.clone()));
-            clocks.push(TaskClock::new(format!("sink-{i}"), sink_times.clone()));
-            let snapshot = restored.as_ref().map(|m| &m.operators[i as usize]);
-            let function = (self.factory)();
-            let store = open_store(
-                &work.join(format!("op-{i}")),
-                &function.states(),
-                c,
-                par,
-                &budget,
-                storage.root(),
-                snapshot.map(|s| &s.manifest),
-            )?;
-            if let Some(s) = snapshot {
-                store.clock().advance_watermark(s.watermark);
-            }
-            let mut uploader = IncrementalUploader::new(storage.root(), &format!("{run_id}-op{i}"));
-            if let Some(s) = snapshot {
-                uploader.seed(&s.manifest);
-            }
-            stores.push(store.clone());
-            let keyed = KeyedTask {
-                index: i,
-                key_groups: KeyGroupRange::for_operator(c.max_parallelism, par, i),
-                function,
-                timers: KeyedTask::<F>::restore_timers(&store)?,
-                store,
-                gate: InputGate::new(vec![rx], op_times.clone()),
-                out: Output::new(vec![sink_tx], op_times),
-                batch_size: c.batch_size,
-                uploader: Arc::new(Mutex::new(uploader)),
-                local_checkpoints: work.join(format!("op-{i}-checkpoints")),
-                acks: ack_tx.clone(),
-                progress: progress.clone(),
-            };
-            tasks.spawn(keyed.run());
-            let sink = SinkTask::<F::Out> {
-                index: i,
-                gate: InputGate::new(vec![sink_rx], sink_times),
-                sink: FileSink::open(
-                    &output,
-                    "part",
-                    i,
-                    restored.as_ref().map(|m| m.sinks[i as usize].clone()),
-                )?,
-                throttle: sink_throttle.clone(),
-                acks: ack_tx.clone(),
-                completed: done_rx.clone(),
-                progress: progress.clone(),
-            };
-            tasks.spawn(sink.run());
-        }
-        let restore_time = restore_started.elapsed();
-        let source_times = Arc::new(TaskTimes::default());
-        clocks.push(TaskClock::new("source".into(), source_times.clone()));
-        let dead_letter_state = restored.as_ref().map(|m| m.source.dead_letter.clone());
-        let spec = self.source.ok_or_else(|| Self::missing("source"))?;
-        let source_task = SourceTask {
-            source,
-            schema: spec.schema,
-            parse: spec.parse,
-            key_of: self.key_of.ok_or_else(|| Self::missing("key_by"))?,
-            timestamp_of: self
-                .timestamp_of
-                .ok_or_else(|| Self::missing("timestamps"))?,
-            out: Output::new(to_ops, source_times),
-            max_parallelism: c.max_parallelism,
-            batch_size: c.batch_size,
-            throttle: c.source_rate.map(Throttle::new),
-            policy: c.bad_input,
-            dead_letter: FileSink::open(&output, "dead-letter", 0, dead_letter_state)?,
-            dead_letters: restored.as_ref().map_or(0, |m| m.source.dead_letters),
-            out_of_orderness_ms: c.out_of_orderness_ms,
-            watermark_interval: c.watermark_interval,
-            triggers: trigger_rx,
+        let mut w = Wiring {
+            work: self
+                .config
+                .local_dir
+                .clone()
+                .unwrap_or_else(|| storage.root().join("_work")),
+            budget: L2Budget::new(self.config.l2_memory as usize),
+            run_id: format!(
+                "{:x}",
+                chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+                    ^ i64::from(std::process::id())
+            ),
+            config: self.config.clone(),
+            storage: storage.clone(),
+            restored,
+            output,
+            progress: Arc::new(Progress::default()),
             acks: ack_tx,
             completed: done_rx,
-            progress: progress.clone(),
+            tasks: tokio::task::JoinSet::new(),
+            clocks: Vec::new(),
         };
-        tasks.spawn(source_task.run());
-        let coordinator = Coordinator {
-            storage,
-            job: self.name.clone(),
-            interval: c.checkpoint_interval,
-            retained: c.checkpoints_retained,
-            max_parallelism: c.max_parallelism,
-            parallelism: par,
-            next_id: restored.as_ref().map_or(1, |m| m.id + 1),
-            trigger: trigger_tx,
-            acks: ack_rx,
-            completed: done_tx,
-        };
-        let coordinator = tokio::spawn(coordinator.run());
+        let to_sinks = w.spawn_sinks::<F::Out>(par, sink_par)?;
+        let mut to_ops = Vec::new();
+        let mut stores = Vec::new();
+        for (i, to_sink) in to_sinks.into_iter().enumerate() {
+            let (tx, rx) = edge(w.config.channel_capacity);
+            to_ops.push(tx);
+            stores.push(w.spawn_keyed((self.factory)(), i as u32, par, rx, to_sink)?);
+        }
+        let restore_time = restore_started.elapsed();
+        w.spawn_source(SourceParts {
+            source,
+            spec,
+            key_of,
+            timestamp_of,
+            to_ops,
+            triggers: trigger_rx,
+        })?;
+        let coordinator = tokio::spawn(
+            Coordinator {
+                storage,
+                job: self.name.clone(),
+                interval: w.config.checkpoint_interval,
+                retained: w.config.checkpoints_retained,
+                max_parallelism: w.config.max_parallelism,
+                parallelism: par,
+                sinks: sink_par,
+                next_id: w.restored.as_ref().map_or(1, |m| m.id + 1),
+                trigger: trigger_tx,
+                acks: ack_rx,
+                completed: done_tx,
+            }
+            .run(),
+        );
+        let progress = w.progress.clone();
         let reporter = tokio::spawn(crate::progress::report(
             progress.clone(),
             stores.clone(),
-            clocks,
+            std::mem::take(&mut w.clocks),
         ));
-        let outcome = join_all(&mut tasks).await;
+        let outcome = join_all(&mut w.tasks).await;
         reporter.abort();
         outcome?;
         let checkpoints = coordinator
@@ -342,14 +293,14 @@ where
         // directories are no longer needed once their stores are closed.
         drop(stores);
         let _ = reporter.await;
-        std::fs::remove_dir_all(&work).map_err(RuntimeError::io(&work))?;
+        std::fs::remove_dir_all(&w.work).map_err(RuntimeError::io(&w.work))?;
         use std::sync::atomic::Ordering::Relaxed;
         Ok(JobReport {
             records_in: progress.records_in.load(Relaxed),
             records_out: progress.records_out.load(Relaxed),
             dead_letters: progress.dead_letters.load(Relaxed),
             elapsed: started.elapsed(),
-            restored_from: restored.map(|m| m.id),
+            restored_from: w.restored.map(|m| m.id),
             restore_time,
             checkpoints,
             tiers,
@@ -393,6 +344,153 @@ where
         }
         storage.sweep_incomplete()?;
         Ok(Some(meta))
+    }
+}
+
+/// The source and what it routes to, for [`Wiring::spawn_source`].
+struct SourceParts<I> {
+    source: FileSource,
+    spec: SourceSpec<I>,
+    key_of: KeyFn<I>,
+    timestamp_of: TimestampFn<I>,
+    to_ops: Vec<mpsc::Sender<Message<Keyed<I>>>>,
+    triggers: mpsc::Receiver<Trigger>,
+}
+
+/// What the tasks of one run share while they are being spawned.
+struct Wiring {
+    config: JobConfig,
+    storage: CheckpointStorage,
+    restored: Option<CheckpointMetadata>,
+    output: PathBuf,
+    work: PathBuf,
+    budget: L2Budget,
+    run_id: String,
+    progress: Arc<Progress>,
+    acks: mpsc::Sender<Ack>,
+    completed: watch::Receiver<u64>,
+    tasks: tokio::task::JoinSet<Result<()>>,
+    clocks: Vec<TaskClock>,
+}
+
+impl Wiring {
+    fn times(&mut self, name: String) -> Arc<TaskTimes> {
+        let times = Arc::new(TaskTimes::default());
+        self.clocks.push(TaskClock::new(name, times.clone()));
+        times
+    }
+
+    /// Spawns `sinks` sink instances; keyed instance i feeds sink i % sinks
+    /// (so a key's records stay in order). Returns the edge of each keyed
+    /// instance.
+    fn spawn_sinks<O: Serialize + Send + 'static>(
+        &mut self,
+        keyed: u32,
+        sinks: u32,
+    ) -> Result<Vec<mpsc::Sender<Message<O>>>> {
+        let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..keyed)
+            .map(|_| edge(self.config.channel_capacity))
+            .unzip();
+        let throttle = self.config.sink_rate.map(Throttle::new);
+        for j in (0..sinks).rev() {
+            let inputs: Vec<_> = (0..receivers.len())
+                .rev()
+                .filter(|i| *i as u32 % sinks == j)
+                .map(|i| receivers.remove(i))
+                .collect();
+            let times = self.times(format!("sink-{j}"));
+            let restored = self.restored.as_ref().map(|m| m.sinks[j as usize].clone());
+            let sink = SinkTask::<O> {
+                index: j,
+                gate: InputGate::new(inputs, times),
+                sink: FileSink::open(&self.output, "part", j, restored)?,
+                throttle: throttle.clone(),
+                acks: self.acks.clone(),
+                completed: self.completed.clone(),
+                progress: self.progress.clone(),
+            };
+            self.tasks.spawn(sink.run());
+        }
+        Ok(senders)
+    }
+
+    /// Opens (or restores) keyed instance `i`'s store and spawns the instance.
+    fn spawn_keyed<F: KeyedProcessFunction>(
+        &mut self,
+        function: F,
+        i: u32,
+        parallelism: u32,
+        input: mpsc::Receiver<Message<Keyed<F::In>>>,
+        output: mpsc::Sender<Message<F::Out>>,
+    ) -> Result<StateStore> {
+        let snapshot = self.restored.as_ref().map(|m| &m.operators[i as usize]);
+        let manifest = snapshot.map(|s| &s.manifest);
+        let store = open_store(
+            &self.work.join(format!("op-{i}")),
+            &function.states(),
+            &self.config,
+            parallelism,
+            &self.budget,
+            self.storage.root(),
+            manifest,
+        )?;
+        let mut uploader =
+            IncrementalUploader::new(self.storage.root(), &format!("{}-op{i}", self.run_id));
+        if let Some(s) = snapshot {
+            store.clock().advance_watermark(s.watermark);
+            uploader.seed(&s.manifest);
+        }
+        let times = self.times(format!("keyed-{i}"));
+        let keyed = KeyedTask {
+            index: i,
+            key_groups: KeyGroupRange::for_operator(self.config.max_parallelism, parallelism, i),
+            function,
+            timers: KeyedTask::<F>::restore_timers(&store)?,
+            store: store.clone(),
+            gate: InputGate::new(vec![input], times.clone()),
+            out: Output::new(vec![output], times),
+            batch_size: self.config.batch_size,
+            uploader: Arc::new(Mutex::new(uploader)),
+            local_checkpoints: self.work.join(format!("op-{i}-checkpoints")),
+            acks: self.acks.clone(),
+            progress: self.progress.clone(),
+        };
+        self.tasks.spawn(keyed.run());
+        Ok(store)
+    }
+
+    fn spawn_source<I: Send + 'static>(&mut self, parts: SourceParts<I>) -> Result<()> {
+        let times = self.times("source".into());
+        let c = &self.config;
+        let restored = self.restored.as_ref().map(|m| &m.source);
+        let dead_letter = FileSink::open(
+            &self.output,
+            "dead-letter",
+            0,
+            restored.map(|s| s.dead_letter.clone()),
+        )?;
+        let task = SourceTask {
+            source: parts.source,
+            schema: parts.spec.schema,
+            parse: parts.spec.parse,
+            key_of: parts.key_of,
+            timestamp_of: parts.timestamp_of,
+            out: Output::new(parts.to_ops, times),
+            max_parallelism: c.max_parallelism,
+            batch_size: c.batch_size,
+            throttle: c.source_rate.map(Throttle::new),
+            policy: c.bad_input,
+            dead_letter,
+            dead_letters: restored.map_or(0, |s| s.dead_letters),
+            out_of_orderness_ms: c.out_of_orderness_ms,
+            watermark_interval: c.watermark_interval,
+            triggers: parts.triggers,
+            acks: self.acks.clone(),
+            completed: self.completed.clone(),
+            progress: self.progress.clone(),
+        };
+        self.tasks.spawn(task.run());
+        Ok(())
     }
 }
 

@@ -38,6 +38,10 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
     let seed = seed();
     eprintln!("crash seed {seed} (replay with STRATA_CRASH_SEED={seed})");
     let mut rng = Rng(seed | 1);
+    // One sink fed by both keyed instances exercises barrier alignment;
+    // two sinks, the forward wiring. The seed picks.
+    let sinks = format!("sink.parallelism={}", rng.next_in(1, 3));
+    eprintln!("{sinks}");
     let input = flights_path();
     let dir = tempfile::tempdir().unwrap();
     let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
@@ -54,6 +58,8 @@ fn sigkill_at_random_moments_then_restore_gives_the_uninterrupted_output() {
                 "checkpoint.interval=1s",
                 "-D",
                 "source.max-records-per-second=250000",
+                "-D",
+                &sinks,
             ],
         ));
         let has_checkpoint = std::fs::read_dir(&chk)

@@ -74,7 +74,11 @@ fn output_for_all_flights_equals_the_batch_computation() {
 #[test]
 fn with_a_1mb_l1_the_output_is_unchanged_and_l2_serves_the_misses() {
     let dir = tempfile::tempdir().unwrap();
-    let figures = run(dir.path(), &["-D", "state.l1.capacity=1MB"]);
+    // One sink instance fed by both keyed instances: barriers are aligned.
+    let figures = run(
+        dir.path(),
+        &["-D", "state.l1.capacity=1MB", "-D", "sink.parallelism=1"],
+    );
     let l2_hits: u64 = figures["l2_hits"].parse().unwrap();
     let l1_misses: u64 = figures["l1_misses"].parse().unwrap();
     assert!(l1_misses > 0 && l2_hits > 0, "{figures:?}");
