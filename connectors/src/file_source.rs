@@ -119,6 +119,11 @@ impl FileSource {
         }
     }
 
+    /// The size of the input file in bytes (a restore checks it is unchanged).
+    pub fn input_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
     /// Progress as (done, total) in records (Parquet) or bytes (text).
     pub fn progress(&self) -> (u64, u64) {
         match self.total_records {

@@ -43,6 +43,8 @@ pub struct SourceSnapshot {
     pub dead_letter: SinkState,
     /// Bad records routed to the dead-letter output so far.
     pub dead_letters: u64,
+    /// The input file's size in bytes: a restore refuses a different file.
+    pub input_bytes: u64,
 }
 
 /// One keyed operator instance's part of a checkpoint.
@@ -118,14 +120,31 @@ pub struct CheckpointMetadata {
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
     root: PathBuf,
+    /// Held (locked) by the one job that writes here.
+    _lock: Option<std::sync::Arc<fs::File>>,
 }
 
 impl CheckpointStorage {
-    /// Storage rooted at `root` (created if absent).
+    /// Storage rooted at `root` (created if absent), locked for this process:
+    /// a second job on the same directory is refused.
     pub fn open(root: &Path) -> Result<Self> {
         fs::create_dir_all(root).map_err(RuntimeError::io(root))?;
+        let path = root.join("_lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(RuntimeError::io(&path))?;
+        file.try_lock().map_err(|_| {
+            RuntimeError::checkpoint(
+                root,
+                "is in use by another strata job (its _lock file is held)",
+            )
+        })?;
         Ok(Self {
             root: root.to_owned(),
+            _lock: Some(std::sync::Arc::new(file)),
         })
     }
 
@@ -139,6 +158,7 @@ impl CheckpointStorage {
         }
         Ok(Self {
             root: root.to_owned(),
+            _lock: None,
         })
     }
 

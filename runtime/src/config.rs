@@ -147,8 +147,8 @@ fn size(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Res
         return Ok(n);
     }
     let (lo, hi) = (
-        bytesize::ByteSize(*range.start()),
-        bytesize::ByteSize(*range.end()),
+        bytesize::ByteSize(*range.start()).display().si(),
+        bytesize::ByteSize(*range.end()).display().si(),
     );
     Err(bad(
         key,
@@ -191,7 +191,14 @@ impl JobConfig {
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(RuntimeError::io(path))?;
             let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                bad(&path.display().to_string(), e.message().to_owned())
+                let line = e
+                    .span()
+                    .map_or(0, |span| text[..span.start].lines().count().max(1));
+                RuntimeError::Usage(format!(
+                    "config file {} line {line}: {}",
+                    path.display(),
+                    e.message()
+                ))
             })?;
             flatten("", &toml::Value::Table(table), &mut flat);
         }

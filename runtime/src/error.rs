@@ -31,6 +31,15 @@ pub enum RuntimeError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The process was asked to stop (SIGINT, SIGTERM).
+    #[error("interrupted by {signal}: output up to checkpoint {checkpoint} is committed; continue with --restore latest")]
+    Interrupted {
+        signal: &'static str,
+        checkpoint: u64,
+    },
+    /// Wrong use of the CLI or the library (names what to change).
+    #[error("{0}")]
+    Usage(String),
     /// A task stopped because a neighbour failed (never the root cause).
     #[error("a neighbouring task stopped")]
     Disconnected,

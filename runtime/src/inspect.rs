@@ -11,6 +11,9 @@ use strata_cache::{snapshot, StateDescriptor, StateStore};
 /// source position.
 pub fn list_checkpoints(dir: &Path) -> Result<Vec<String>> {
     let all = CheckpointStorage::existing(dir)?.list()?;
+    if all.is_empty() {
+        return Err(no_checkpoint(dir));
+    }
     Ok(all
         .iter()
         .map(|m| {
@@ -35,7 +38,16 @@ pub fn list_checkpoints(dir: &Path) -> Result<Vec<String>> {
 pub fn latest(dir: &Path) -> Result<CheckpointMetadata> {
     CheckpointStorage::existing(dir)?
         .latest()?
-        .ok_or_else(|| RuntimeError::checkpoint(dir, "holds no completed checkpoint"))
+        .ok_or_else(|| no_checkpoint(dir))
+}
+
+fn no_checkpoint(dir: &Path) -> RuntimeError {
+    let hint = if dir.join("_checkpoints").is_dir() {
+        format!(" (did you mean {}?)", dir.join("_checkpoints").display())
+    } else {
+        String::new()
+    };
+    RuntimeError::checkpoint(dir, format!("holds no completed checkpoint{hint}"))
 }
 
 /// Restores the operator instance that owns `key` from the latest checkpoint

@@ -18,9 +18,10 @@ pub(crate) fn serve(addr: std::net::SocketAddr) -> Result<()> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .install()
-        .map_err(|e| RuntimeError::Config {
-            key: "--metrics-addr".into(),
-            reason: format!("cannot serve metrics on {addr}: {e}"),
+        .map_err(|e| {
+            RuntimeError::Usage(format!(
+                "--metrics-addr: cannot serve metrics on {addr}: {e}"
+            ))
         })
 }
 

@@ -212,6 +212,21 @@ where
             &spec.schema,
             position,
         )?;
+        if let Some(m) = restored
+            .as_ref()
+            .filter(|m| m.source.input_bytes != source.input_bytes())
+        {
+            return Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "checkpoint {} was taken reading a {}-byte input, but {} has {} bytes: restore needs the same input file",
+                    m.id,
+                    m.source.input_bytes,
+                    spec.path.display(),
+                    source.input_bytes()
+                ),
+            ));
+        }
 
         let restore_started = Instant::now();
         let (par, sink_par) = restored.as_ref().map_or(
@@ -282,7 +297,10 @@ where
             stores.clone(),
             std::mem::take(&mut w.clocks),
         ));
-        let outcome = join_all(&mut w.tasks).await;
+        let outcome = tokio::select! {
+            outcome = join_all(&mut w.tasks) => outcome,
+            signal = shutdown_signal() => Err(RuntimeError::Interrupted { signal, checkpoint: *w.completed.borrow() }),
+        };
         reporter.abort();
         outcome?;
         let checkpoints = coordinator
@@ -300,8 +318,12 @@ where
             records_out: progress.records_out.load(Relaxed),
             dead_letters: progress.dead_letters.load(Relaxed),
             elapsed: started.elapsed(),
-            restored_from: w.restored.map(|m| m.id),
-            restore_time,
+            restored_from: w.restored.as_ref().map(|m| m.id),
+            restore_time: if w.restored.is_some() {
+                restore_time
+            } else {
+                Duration::ZERO
+            },
             checkpoints,
             tiers,
         })
@@ -519,6 +541,21 @@ fn open_store(
         builder = builder.state(s.clone());
     }
     Ok(builder.open()?)
+}
+
+/// Resolves when the process receives SIGINT or SIGTERM, naming it.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
 
 /// Waits for every task; the first real failure (not a disconnection it

@@ -77,45 +77,66 @@ pub(crate) async fn report(
         bar
     });
     let started = Instant::now();
-    let mut last_log = Instant::now();
+    let mut last_log = (Instant::now(), 0u64);
     let mut last_in = 0;
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     loop {
         ticker.tick().await;
         let records = progress.records_in.load(Ordering::Relaxed);
-        let rate = records - last_in;
+        let per_second = records - last_in;
         last_in = records;
         let tiers = tier_totals(&stores);
-        crate::metrics::publish(&progress, &tiers);
-        for (i, store) in stores.iter().enumerate() {
-            crate::metrics::publish_state_wait(&format!("keyed-{i}"), &store.stats());
-        }
-        for c in &mut clocks {
-            let (idle, bp) = c.times.totals();
-            let (idle_ms, bp_ms) = ((idle - c.last.0) / 1_000_000, (bp - c.last.1) / 1_000_000);
-            c.last = (idle, bp);
-            crate::metrics::publish_task(&c.name, idle_ms.min(1000), bp_ms.min(1000));
-        }
-        let msg = format!(
-            "{records} records, {rate}/s, out {}, L1 hit {:.1}%",
-            progress.records_out.load(Ordering::Relaxed),
-            tiers.l1_hit_ratio() * 100.0
-        );
+        publish(&progress, &stores, &tiers, &mut clocks);
         let (done, total) = (
             progress.done.load(Ordering::Relaxed),
             progress.total.load(Ordering::Relaxed),
         );
+        let written = progress.records_out.load(Ordering::Relaxed);
+        let hit = tiers.l1_hit_ratio() * 100.0;
         match &bar {
-            Some(bar) => {
+            Some(bar) if total > 0 => {
                 bar.set_length(total);
                 bar.set_position(done);
-                bar.set_message(msg);
+                bar.set_message(format!(
+                    "{records} records read, {per_second}/s, {written} written, L1 hit {hit:.1}%"
+                ));
             }
-            None if last_log.elapsed() >= Duration::from_secs(10) => {
-                last_log = Instant::now();
-                eprintln!("[{:>5}s] {done}/{total} {msg}", started.elapsed().as_secs());
+            None if last_log.0.elapsed() >= Duration::from_secs(10) => {
+                let rate = (records - last_log.1) as f64 / last_log.0.elapsed().as_secs_f64();
+                let eta = if done > 0 && total > done {
+                    let secs =
+                        started.elapsed().as_secs_f64() * (total - done) as f64 / done as f64;
+                    format!("{secs:.0}s")
+                } else {
+                    "-".into()
+                };
+                let pct = 100.0 * done as f64 / total.max(1) as f64;
+                eprintln!(
+                    "[{:>5}s] {records} records read ({pct:.1}% of the input), {rate:.0} records/s, ETA {eta}, {written} written, L1 hit {hit:.1}%",
+                    started.elapsed().as_secs()
+                );
+                last_log = (Instant::now(), records);
             }
-            None => {}
+            _ => {}
         }
+    }
+}
+
+/// Publishes one second's metrics: progress, tiers, and per-task times.
+fn publish(
+    progress: &Progress,
+    stores: &[StateStore],
+    tiers: &TierStats,
+    clocks: &mut [TaskClock],
+) {
+    crate::metrics::publish(progress, tiers);
+    for (i, store) in stores.iter().enumerate() {
+        crate::metrics::publish_state_wait(&format!("keyed-{i}"), &store.stats());
+    }
+    for c in clocks {
+        let (idle, bp) = c.times.totals();
+        let (idle_ms, bp_ms) = ((idle - c.last.0) / 1_000_000, (bp - c.last.1) / 1_000_000);
+        c.last = (idle, bp);
+        crate::metrics::publish_task(&c.name, idle_ms.min(1000), bp_ms.min(1000));
     }
 }

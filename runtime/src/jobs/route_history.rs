@@ -169,10 +169,9 @@ pub fn render_state(
     key: &[u8],
 ) -> crate::Result<serde_json::Value> {
     if state != HISTORY {
-        return Err(crate::RuntimeError::Config {
-            key: "state".into(),
-            reason: format!("route-history has no state '{state}' (it has: {HISTORY})"),
-        });
+        return Err(crate::RuntimeError::Usage(format!(
+            "route-history has no state '{state}' (it has: {HISTORY})"
+        )));
     }
     let view = store.list_state::<FlightEvent>(HISTORY)?.get(key)?;
     Ok(serde_json::Value::Array(

@@ -12,7 +12,7 @@ use crate::progress::Progress;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
-use strata_connectors::{FileSink, FileSource, RecordError, Schema, Throttle};
+use strata_connectors::{format_timestamp, FileSink, FileSource, RecordError, Schema, Throttle};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -106,13 +106,18 @@ impl<I: Send + 'static> SourceTask<I> {
 
     async fn route(&mut self, record: I, r: &mut Routing<I>) -> Result<()> {
         let ts = (self.timestamp_of)(&record);
-        if ts <= r.watermark {
+        // Lateness is judged against the newest timestamp read so far, not
+        // against the last watermark sent, so that which records are late
+        // does not depend on timing.
+        let bound = r.max_ts.saturating_sub(self.out_of_orderness_ms);
+        if ts < bound {
             return self.bad_record(RecordError {
                 record: self.source.position().records,
                 field: None,
                 reason: format!(
-                    "timestamp {ts} ms is not after the watermark {} ms: the input is more out of order than watermark.out-of-orderness allows",
-                    r.watermark
+                    "timestamp {} is older than {} (the newest timestamp so far minus watermark.out-of-orderness): the input is more out of order than allowed",
+                    format_timestamp(ts),
+                    format_timestamp(bound)
                 ),
             });
         }
@@ -181,6 +186,7 @@ impl<I: Send + 'static> SourceTask<I> {
             position: self.source.position(),
             dead_letter: self.dead_letter.pre_commit(id)?,
             dead_letters: self.dead_letters,
+            input_bytes: self.source.input_bytes(),
         };
         self.acks
             .send(Ack::Snapshot(id, TaskSnapshot::Source(snapshot)))
