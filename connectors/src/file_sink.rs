@@ -52,9 +52,11 @@ pub struct FileSink {
 
 impl FileSink {
     /// Opens the sink for `subtask` in `dir` (created if absent). With a
-    /// restored `state`, commits its pending files and deletes the subtask's
-    /// other hidden files; without one, refuses a directory that already
-    /// holds this sink's part files.
+    /// restored `state`, commits its pending files; without one, refuses a
+    /// directory that already holds this sink's committed part files. Either
+    /// way it then deletes the subtask's hidden files that no completed
+    /// checkpoint covers (the output of a crashed run). The caller must hold
+    /// the output directory for itself (the runtime locks it).
     pub fn open(
         dir: &Path,
         prefix: &str,
@@ -74,10 +76,10 @@ impl FileSink {
             Some(state) => {
                 sink.state = state;
                 sink.commit(u64::MAX)?;
-                sink.abort_uncommitted()?;
             }
             None => sink.refuse_existing_output()?,
         }
+        sink.abort_uncommitted()?;
         Ok(sink)
     }
 
@@ -111,7 +113,11 @@ impl FileSink {
     }
 
     fn refuse_existing_output(&self) -> Result<()> {
-        if let Some((name, _)) = self.own_files()?.into_iter().next() {
+        if let Some((name, _)) = self
+            .own_files()?
+            .into_iter()
+            .find(|(name, _)| !name.starts_with('.'))
+        {
             return Err(ConnectorError::Io {
                 path: self.dir.clone(),
                 source: std::io::Error::new(

@@ -54,11 +54,22 @@ pub struct Position {
     pub records: u64,
     /// Byte offset just after the last record read (text formats; 0 for Parquet).
     pub byte_offset: u64,
+    /// Line number of the next record (CSV; for error messages).
+    #[serde(default)]
+    pub line: u64,
 }
 
+/// One record: a row, or what is wrong with it.
+pub type RowResult = std::result::Result<Row, RecordError>;
+
 trait RowReader: Send {
-    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>>;
+    /// The next record, `None` at the end, or an error that ends reading
+    /// (I/O, a corrupt Parquet page).
+    fn next_row(&mut self) -> Result<Option<RowResult>>;
     fn byte_offset(&self) -> u64;
+    fn line(&self) -> u64 {
+        0
+    }
 }
 
 /// A file source of typed rows.
@@ -105,10 +116,13 @@ impl FileSource {
     }
 
     /// The next row, a bad record, or `None` at the end of the file.
-    pub fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+    ///
+    /// Errors: [`ConnectorError::Io`] or [`ConnectorError::Corrupt`] when the
+    /// file cannot be read on (reading must not go on past lost records).
+    pub fn next_row(&mut self) -> Result<Option<RowResult>> {
         let row = self.reader.next_row()?;
-        self.records += 1;
-        Some(row)
+        self.records += u64::from(row.is_some());
+        Ok(row)
     }
 
     /// The current replay position.
@@ -116,6 +130,7 @@ impl FileSource {
         Position {
             records: self.records,
             byte_offset: self.reader.byte_offset(),
+            line: self.reader.line(),
         }
     }
 
@@ -226,38 +241,32 @@ impl ParquetRows {
         })
     }
 
-    /// Loads the next batch, cast to the schema's types. `Err` ends the input.
-    fn load_batch(&mut self) -> Option<std::result::Result<(), RecordError>> {
-        let batch = match self.batches.next()? {
-            Ok(b) => b,
-            Err(e) => return Some(Err(self.batch_error(e.to_string()))),
+    /// Loads the next batch, cast to the schema's types; `false` at the end.
+    fn load_batch(&mut self) -> Result<bool> {
+        let Some(batch) = self.batches.next() else {
+            return Ok(false);
         };
+        let batch = batch.map_err(|e| self.batch_error(e))?;
         let mut columns = Vec::with_capacity(self.schema.fields.len());
         for (name, ty) in &self.schema.fields {
-            let Some(col) = batch.column_by_name(name) else {
-                return Some(Err(self.batch_error(format!("column '{name}' vanished"))));
-            };
+            let col = batch
+                .column_by_name(name)
+                .ok_or_else(|| self.batch_error(format!("column '{name}' vanished")))?;
             let target = arrow_target(*ty, col.data_type()).unwrap_or(DataType::Null);
-            match arrow::compute::cast(col, &target) {
-                Ok(c) => columns.push(c),
-                Err(e) => return Some(Err(self.batch_error(e.to_string()))),
-            }
+            columns.push(arrow::compute::cast(col, &target).map_err(|e| self.batch_error(e))?);
         }
         self.columns = columns;
         self.row_in_batch = 0;
         self.batch_len = batch.num_rows();
-        Some(Ok(()))
+        Ok(true)
     }
 
-    fn batch_error(&self, reason: String) -> RecordError {
-        RecordError {
-            record: self.number + 1,
-            field: None,
-            reason: format!(
-                "{}: cannot read Parquet data: {reason}",
-                self.path.display()
-            ),
-        }
+    fn batch_error(&self, reason: impl ToString) -> ConnectorError {
+        corrupt(
+            &self.path,
+            "Parquet",
+            format!("after record {}: {}", self.number, reason.to_string()),
+        )
     }
 
     fn value(&self, col: usize, ty: FieldType) -> Value {
@@ -278,11 +287,10 @@ impl ParquetRows {
 }
 
 impl RowReader for ParquetRows {
-    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+    fn next_row(&mut self) -> Result<Option<RowResult>> {
         while self.row_in_batch >= self.batch_len {
-            if let Err(e) = self.load_batch()? {
-                self.batch_len = 0;
-                return Some(Err(e));
+            if !self.load_batch()? {
+                return Ok(None);
             }
         }
         self.number += 1;
@@ -290,10 +298,10 @@ impl RowReader for ParquetRows {
             .map(|c| self.value(c, self.schema.fields[c].1))
             .collect();
         self.row_in_batch += 1;
-        Some(Ok(Row {
+        Ok(Some(Ok(Row {
             number: self.number,
             values,
-        }))
+        })))
     }
 
     fn byte_offset(&self) -> u64 {
@@ -320,6 +328,8 @@ fn typed_row(
 }
 
 struct CsvRows {
+    path: PathBuf,
+    line: u64,
     reader: csv::Reader<File>,
     schema: Schema,
     columns: Vec<usize>,
@@ -351,11 +361,15 @@ impl CsvRows {
         let mut offset = reader.position().byte();
         if start.records > 0 {
             let mut pos = csv::Position::new();
-            pos.set_byte(start.byte_offset).set_record(start.records);
+            pos.set_byte(start.byte_offset)
+                .set_record(start.records + 1)
+                .set_line(start.line.max(2));
             reader.seek(pos).map_err(|e| corrupt(path, "CSV", e))?;
             offset = start.byte_offset;
         }
         Ok(Self {
+            path: path.to_owned(),
+            line: start.line,
             reader,
             schema: schema.clone(),
             columns,
@@ -367,25 +381,27 @@ impl CsvRows {
 }
 
 impl RowReader for CsvRows {
-    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+    fn next_row(&mut self) -> Result<Option<RowResult>> {
         let read = self.reader.read_record(&mut self.record);
         self.offset = self.reader.position().byte();
+        self.line = self.reader.position().line();
         self.number += 1;
         match read {
-            Ok(false) => None,
-            Err(e) => Some(Err(RecordError {
+            Ok(false) => Ok(None),
+            Err(e) if e.is_io_error() => Err(corrupt(&self.path, "CSV", e)),
+            Err(e) => Ok(Some(Err(RecordError {
                 record: self.number,
                 field: None,
                 reason: format!("malformed CSV: {e}"),
-            })),
+            }))),
             Ok(true) => {
                 let (record, columns) = (&self.record, &self.columns);
-                Some(typed_row(self.number, &self.schema, |i| {
+                Ok(Some(typed_row(self.number, &self.schema, |i| {
                     let cell = record
                         .get(columns[i])
                         .ok_or("the record has too few cells")?;
                     parse_text(cell, self.schema.fields[i].1)
-                }))
+                })))
             }
         }
     }
@@ -393,12 +409,17 @@ impl RowReader for CsvRows {
     fn byte_offset(&self) -> u64 {
         self.offset
     }
+
+    fn line(&self) -> u64 {
+        self.line
+    }
 }
 
 struct JsonRows {
+    path: PathBuf,
     lines: BufReader<File>,
     schema: Schema,
-    line: String,
+    line: Vec<u8>,
     number: u64,
     offset: u64,
 }
@@ -409,9 +430,10 @@ impl JsonRows {
         file.seek(SeekFrom::Start(start.byte_offset))
             .map_err(ConnectorError::io(path))?;
         Ok(Self {
+            path: path.to_owned(),
             lines: BufReader::with_capacity(1 << 16, file),
             schema: schema.clone(),
-            line: String::new(),
+            line: Vec::new(),
             number: start.records,
             offset: start.byte_offset,
         })
@@ -444,44 +466,46 @@ impl JsonRows {
     }
 }
 
+impl JsonRows {
+    fn bad(&self, reason: String) -> Result<Option<RowResult>> {
+        Ok(Some(Err(RecordError {
+            record: self.number,
+            field: None,
+            reason,
+        })))
+    }
+}
+
 impl RowReader for JsonRows {
-    fn next_row(&mut self) -> Option<std::result::Result<Row, RecordError>> {
+    fn next_row(&mut self) -> Result<Option<RowResult>> {
         loop {
             self.line.clear();
-            let read = self.lines.read_line(&mut self.line);
-            self.number += 1;
-            let n = match read {
-                Ok(0) => return None,
-                Ok(n) => n,
-                Err(e) => {
-                    return Some(Err(RecordError {
-                        record: self.number,
-                        field: None,
-                        reason: format!("unreadable line: {e}"),
-                    }))
-                }
-            };
+            let n = self
+                .lines
+                .read_until(b'\n', &mut self.line)
+                .map_err(ConnectorError::io(&self.path))?;
+            if n == 0 {
+                return Ok(None);
+            }
             self.offset += n as u64;
-            if self.line.trim().is_empty() {
-                self.number -= 1;
+            let Ok(text) = std::str::from_utf8(&self.line) else {
+                self.number += 1;
+                return self.bad("the line is not valid UTF-8".into());
+            };
+            if text.trim().is_empty() {
                 continue;
             }
+            self.number += 1;
             let object: serde_json::Map<String, serde_json::Value> =
-                match serde_json::from_str(&self.line) {
+                match serde_json::from_str(text) {
                     Ok(o) => o,
-                    Err(e) => {
-                        return Some(Err(RecordError {
-                            record: self.number,
-                            field: None,
-                            reason: format!("not a JSON object: {e}"),
-                        }))
-                    }
+                    Err(e) => return self.bad(format!("not a JSON object: {e}")),
                 };
             let schema = &self.schema;
-            return Some(typed_row(self.number, schema, |i| {
+            return Ok(Some(typed_row(self.number, schema, |i| {
                 let (name, ty) = &schema.fields[i];
                 Self::json_value(object.get(name), *ty)
-            }));
+            })));
         }
     }
 

@@ -10,7 +10,7 @@
 //! use strata_connectors::{FileSource, Format, Position, Schema, FieldType};
 //! let schema = Schema::new(&[("origin", FieldType::String), ("delay", FieldType::Int64)]);
 //! let mut src = FileSource::open("flights.csv".as_ref(), Format::Csv, &schema, Position::default())?;
-//! while let Some(row) = src.next_row() {
+//! while let Some(row) = src.next_row()? {
 //!     match row {
 //!         Ok(row) => println!("{:?}", row.values),
 //!         Err(bad) => eprintln!("{bad}"),
@@ -27,6 +27,6 @@ mod throttle;
 
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{FileSink, PendingFile, SinkState};
-pub use file_source::{FileSource, Format, Position};
+pub use file_source::{FileSource, Format, Position, RowResult};
 pub use row::{format_timestamp, parse_text, FieldType, Row, Schema, Value};
 pub use throttle::Throttle;

@@ -45,6 +45,10 @@ pub struct SourceSnapshot {
     pub dead_letters: u64,
     /// The input file's size in bytes: a restore refuses a different file.
     pub input_bytes: u64,
+    /// The newest record timestamp read (ms): lateness after a restore is
+    /// judged as it would have been without the crash.
+    #[serde(default = "min_timestamp")]
+    pub max_timestamp: i64,
 }
 
 /// One keyed operator instance's part of a checkpoint.
@@ -116,6 +120,80 @@ pub struct CheckpointMetadata {
     pub is_final: bool,
 }
 
+/// Creates `dir` if needed and takes an exclusive lock on its `_lock` file
+/// for as long as the returned file lives: one job per directory.
+pub(crate) fn lock_dir(dir: &Path, what: &str) -> Result<fs::File> {
+    fs::create_dir_all(dir).map_err(RuntimeError::io(dir))?;
+    let path = dir.join("_lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(RuntimeError::io(&path))?;
+    file.try_lock().map_err(|_| {
+        RuntimeError::Usage(format!(
+            "{what} {} is in use by another strata job",
+            dir.display()
+        ))
+    })?;
+    Ok(file)
+}
+
+fn min_timestamp() -> i64 {
+    i64::MIN
+}
+
+fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
+    let text = fs::read_to_string(path).map_err(RuntimeError::io(path))?;
+    serde_json::from_str(&text)
+        .map_err(|e| RuntimeError::checkpoint(path, format!("unreadable metadata: {e}")))
+}
+
+impl CheckpointMetadata {
+    /// Checks that the metadata describes a runnable job: instance counts,
+    /// key-group ranges and ids agree with each other and with `config`.
+    pub(crate) fn validate(&self, config: &crate::JobConfig) -> std::result::Result<(), String> {
+        let (par, max) = (self.parallelism, self.max_parallelism);
+        if par == 0 || par > max || max > strata_cache::key_group::MAX_KEY_GROUPS {
+            return Err(format!(
+                "parallelism {par} and max-parallelism {max} do not fit"
+            ));
+        }
+        if max != config.max_parallelism {
+            return Err(format!(
+                "it was written with max-parallelism {max}; restore with -D max-parallelism={max}"
+            ));
+        }
+        if self.operators.len() != par as usize {
+            return Err(format!(
+                "{} operator snapshots for parallelism {par}",
+                self.operators.len()
+            ));
+        }
+        for (i, op) in self.operators.iter().enumerate() {
+            if op.index as usize != i
+                || op.key_groups != KeyGroupRange::for_operator(max, par, i as u32)
+            {
+                return Err(format!(
+                    "operator snapshot {i} has index {} and key groups {:?}",
+                    op.index, op.key_groups
+                ));
+            }
+        }
+        if self.sinks.is_empty() || self.sinks.len() > par as usize {
+            return Err(format!(
+                "{} sink states for parallelism {par}",
+                self.sinks.len()
+            ));
+        }
+        if self.id == u64::MAX {
+            return Err("its id is at the end of the id range".into());
+        }
+        Ok(())
+    }
+}
+
 /// A checkpoint directory.
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
@@ -128,23 +206,9 @@ impl CheckpointStorage {
     /// Storage rooted at `root` (created if absent), locked for this process:
     /// a second job on the same directory is refused.
     pub fn open(root: &Path) -> Result<Self> {
-        fs::create_dir_all(root).map_err(RuntimeError::io(root))?;
-        let path = root.join("_lock");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(RuntimeError::io(&path))?;
-        file.try_lock().map_err(|_| {
-            RuntimeError::checkpoint(
-                root,
-                "is in use by another strata job (its _lock file is held)",
-            )
-        })?;
         Ok(Self {
             root: root.to_owned(),
-            _lock: Some(std::sync::Arc::new(file)),
+            _lock: Some(std::sync::Arc::new(lock_dir(root, "checkpoint directory")?)),
         })
     }
 
@@ -171,24 +235,32 @@ impl CheckpointStorage {
         self.root.join(format!("chk-{id}"))
     }
 
-    /// Every completed checkpoint, oldest first.
+    /// Every completed checkpoint, oldest first. An unreadable `_metadata`
+    /// of an older checkpoint is skipped (a newer one supersedes it); an
+    /// unreadable newest one is an error, never silently passed over.
     pub fn list(&self) -> Result<Vec<CheckpointMetadata>> {
-        let mut out = Vec::new();
+        let mut found: Vec<(u64, PathBuf)> = Vec::new();
         for entry in fs::read_dir(&self.root).map_err(RuntimeError::io(&self.root))? {
-            let path = entry
-                .map_err(RuntimeError::io(&self.root))?
-                .path()
-                .join("_metadata");
-            if !path.is_file() {
-                continue;
+            let dir = entry.map_err(RuntimeError::io(&self.root))?.path();
+            let id = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("chk-"))
+                .and_then(|n| n.parse().ok());
+            if let (Some(id), true) = (id, dir.join("_metadata").is_file()) {
+                found.push((id, dir.join("_metadata")));
             }
-            let text = fs::read_to_string(&path).map_err(RuntimeError::io(&path))?;
-            let meta: CheckpointMetadata = serde_json::from_str(&text).map_err(|e| {
-                RuntimeError::checkpoint(&path, format!("unreadable metadata: {e}"))
-            })?;
-            out.push(meta);
         }
-        out.sort_by_key(|m| m.id);
+        found.sort();
+        let newest = found.last().map(|(id, _)| *id);
+        let mut out = Vec::new();
+        for (id, path) in found {
+            match read_metadata(&path) {
+                Ok(meta) => out.push(meta),
+                Err(e) if Some(id) == newest => return Err(e),
+                Err(_) => {}
+            }
+        }
         Ok(out)
     }
 

@@ -254,7 +254,13 @@ impl JobConfig {
             "checkpoint.retained" => self.checkpoints_retained = number(key, v, 1..=100)? as usize,
             "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
             "state.l2.memory" => self.l2_memory = size(key, v, 8_000_000..=1000 * GB)?,
-            "state.local-dir" => self.local_dir = Some(PathBuf::from(text(key, v)?)),
+            "state.local-dir" => {
+                let dir = text(key, v)?;
+                if dir.trim().is_empty() {
+                    return Err(bad(key, "must be a directory path, not empty"));
+                }
+                self.local_dir = Some(PathBuf::from(dir))
+            }
             "source.max-records-per-second" => self.source_rate = Some(number(key, v, 1..=GB)?),
             "sink.max-records-per-second" => self.sink_rate = Some(number(key, v, 1..=GB)?),
             "channel.capacity" => self.channel_capacity = number(key, v, 1..=65536)? as usize,

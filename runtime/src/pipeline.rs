@@ -202,6 +202,7 @@ where
             .clone()
             .unwrap_or_else(|| output.join("_checkpoints"));
         let storage = CheckpointStorage::open(&checkpoint_dir)?;
+        let _output_lock = crate::checkpoint::lock_dir(&output, "output directory")?;
         let restored = self.restore_point(&storage)?;
         let position = restored
             .as_ref()
@@ -340,12 +341,15 @@ where
             }
             return Ok(None);
         }
-        let meta = latest.ok_or_else(|| {
-            RuntimeError::checkpoint(
-                storage.root(),
-                "--restore latest: there is no completed checkpoint",
-            )
-        })?;
+        let Some(meta) = latest else {
+            // Killed before its first checkpoint: nothing was committed, so
+            // the run starts over (the sinks delete the uncommitted files).
+            eprintln!(
+                "strata: no completed checkpoint in {}: starting from the beginning",
+                storage.root().display()
+            );
+            return Ok(None);
+        };
         if meta.job != self.name {
             return Err(RuntimeError::checkpoint(
                 storage.root(),
@@ -355,15 +359,12 @@ where
                 ),
             ));
         }
-        if meta.max_parallelism != self.config.max_parallelism {
-            return Err(RuntimeError::checkpoint(
+        meta.validate(&self.config).map_err(|reason| {
+            RuntimeError::checkpoint(
                 storage.root(),
-                format!(
-                    "was written with max-parallelism {}; restore with the same value",
-                    meta.max_parallelism
-                ),
-            ));
-        }
+                format!("checkpoint {} is inconsistent: {reason}", meta.id),
+            )
+        })?;
         storage.sweep_incomplete()?;
         Ok(Some(meta))
     }
@@ -506,6 +507,7 @@ impl Wiring {
             dead_letters: restored.map_or(0, |s| s.dead_letters),
             out_of_orderness_ms: c.out_of_orderness_ms,
             watermark_interval: c.watermark_interval,
+            max_timestamp: restored.map_or(i64::MIN, |s| s.max_timestamp),
             triggers: parts.triggers,
             acks: self.acks.clone(),
             completed: self.completed.clone(),

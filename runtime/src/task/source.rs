@@ -31,6 +31,8 @@ pub(crate) struct SourceTask<I> {
     pub(crate) dead_letters: u64,
     pub(crate) out_of_orderness_ms: i64,
     pub(crate) watermark_interval: std::time::Duration,
+    /// The newest timestamp read before this run (from the checkpoint).
+    pub(crate) max_timestamp: i64,
     pub(crate) triggers: mpsc::Receiver<Trigger>,
     pub(crate) acks: mpsc::Sender<Ack>,
     pub(crate) completed: watch::Receiver<u64>,
@@ -52,7 +54,7 @@ impl<I: Send + 'static> SourceTask<I> {
                 .map(|_| Vec::with_capacity(self.batch_size))
                 .collect(),
             last_flush: Instant::now(),
-            max_ts: i64::MIN,
+            max_ts: self.max_timestamp,
             watermark: i64::MIN,
         };
         loop {
@@ -62,7 +64,7 @@ impl<I: Send + 'static> SourceTask<I> {
                 self.checkpoint(trigger.id, &mut routing).await?;
             }
             self.commit_if_completed()?;
-            let Some(row) = self.source.next_row() else {
+            let Some(row) = self.source.next_row()? else {
                 break;
             };
             let record = row.and_then(|row| (self.parse)(row, &self.schema));
@@ -187,6 +189,7 @@ impl<I: Send + 'static> SourceTask<I> {
             dead_letter: self.dead_letter.pre_commit(id)?,
             dead_letters: self.dead_letters,
             input_bytes: self.source.input_bytes(),
+            max_timestamp: r.max_ts,
         };
         self.acks
             .send(Ack::Snapshot(id, TaskSnapshot::Source(snapshot)))

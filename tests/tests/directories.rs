@@ -1,0 +1,100 @@
+//! Output and checkpoint directories belong to one job at a time, and a
+//! restore refuses what does not match its checkpoint — with a one-line
+//! error, leaving the running job and the stored checkpoints untouched.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use strata_tests::*;
+
+const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2176,LAS,PHL\n2001-01-01 00:02,5,215,ATL,SAV\n2001-01-01 00:03,-5,215,LAS,PHL\n";
+
+fn error_line(o: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "expected a failure: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+        .lines()
+        .find(|l| l.starts_with("strata: error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"))
+        .to_owned()
+}
+
+#[test]
+fn a_second_job_on_the_same_directories_is_refused_and_the_first_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let first = Command::new(strata_bin())
+        .args(route_history_args(
+            &flights_path(),
+            &out,
+            None,
+            &["-D", "source.max-records-per-second=400000"],
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = strata(&route_history_args(&flights_path(), &out, None, &[]));
+    assert!(error_line(&second).contains("in use by another strata job"));
+    let restore = strata(&route_history_args(
+        &flights_path(),
+        &out,
+        None,
+        &["--restore", "latest"],
+    ));
+    assert!(error_line(&restore).contains("in use by another strata job"));
+    let first = first.wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(summary(&first.stderr)["records_out"], "3000000");
+    assert_eq!(read_output(&out).len(), 3_000_000);
+}
+
+#[test]
+fn a_restore_refuses_another_input_file_and_an_inconsistent_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, other, out, chk) = (
+        dir.path().join("a.csv"),
+        dir.path().join("b.csv"),
+        dir.path().join("out"),
+        dir.path().join("chk"),
+    );
+    std::fs::write(&input, CSV).unwrap();
+    std::fs::write(&other, format!("{CSV}2001-01-01 00:04,1,1,LAS,PHL\n")).unwrap();
+    let first = strata(&route_history_args(
+        &input,
+        &out,
+        Some(&chk),
+        &["-D", "parallelism=2"],
+    ));
+    assert!(first.status.success());
+
+    let e = error_line(&strata(&route_history_args(
+        &other,
+        &out,
+        Some(&chk),
+        &["--restore", "latest"],
+    )));
+    assert!(e.contains("restore needs the same input file"), "{e}");
+
+    let latest = std::fs::read_dir(&chk)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("_metadata"))
+        .find(|p| p.is_file())
+        .unwrap();
+    let meta = std::fs::read_to_string(&latest)
+        .unwrap()
+        .replace("\"parallelism\": 2", "\"parallelism\": 3");
+    std::fs::write(&latest, meta).unwrap();
+    let e = error_line(&strata(&route_history_args(
+        &input,
+        &out,
+        Some(&chk),
+        &["--restore", "latest", "-D", "parallelism=2"],
+    )));
+    assert!(e.contains("is inconsistent"), "{e}");
+}
