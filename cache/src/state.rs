@@ -101,7 +101,10 @@ pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(
     let value = value
         .downcast_ref::<T>()
         .ok_or_else(|| StateError::UnknownState(state.to_owned()))?;
-    Ok(codec::encode_entry(slot.ts, &codec::encode(state, value)?))
+    Ok(codec::encode_entry(
+        slot.ts(),
+        &codec::encode(state, value)?,
+    ))
 }
 
 /// Reads one entry (value or map entry) through the tiers, promoting it to L1.
@@ -112,7 +115,7 @@ where
     let inner = &store.inner;
     let _tiers = inner.lock_tiers()?;
     if let Some(slot) = inner.l1_get(&l1_key) {
-        if inner.expired(state, slot.ts) {
+        if inner.expired(state, slot.ts()) {
             return Ok(None);
         }
         return Ok(Some((*downcast::<T>(store, &slot)?).clone()));
@@ -174,15 +177,25 @@ where
         let inner = &self.store.inner;
         let l1_key = inner.l1_key(self.id, key, &[]);
         let weight = weight_of(&value) + 8;
-        let slot = Slot::new(
-            self.id,
-            inner.write_ts(self.id),
-            Arc::new(value),
-            weight,
-            true,
-        );
+        let ts = inner.write_ts(self.id);
         let _tiers = inner.lock_tiers()?;
-        inner.l1_insert(l1_key, slot);
+        // Replacing the value of an entry already in L1 in place spares moka
+        // an insertion; unless its size changed much, or the lookup itself
+        // evicted it (see `l1_peek`), the entry stays where it is.
+        if let Some(slot) = inner.l1_peek(&l1_key) {
+            let recorded = slot.weight.load(std::sync::atomic::Ordering::Relaxed) as usize;
+            if weight <= 2 * recorded.max(32) && 2 * weight >= recorded {
+                slot.replace(ts, Arc::new(value));
+                if !inner.l1_contains(&l1_key) {
+                    inner.l1_insert(l1_key, slot);
+                }
+                return Ok(());
+            }
+        }
+        inner.l1_insert(
+            l1_key,
+            Slot::new(self.id, ts, Arc::new(value), weight, true),
+        );
         Ok(())
     }
 

@@ -39,7 +39,7 @@ type EncodeFn = fn(&str, &Slot) -> Result<Vec<u8>>;
 /// to in place (no copy, no re-insertion) while moka holds the entry.
 pub(crate) struct Slot {
     pub(crate) state: u16,
-    pub(crate) ts: i64,
+    ts: AtomicI64,
     value: Mutex<AnyValue>,
     pub(crate) weight: AtomicU32,
     pub(crate) dirty: AtomicBool,
@@ -55,11 +55,23 @@ impl Slot {
     ) -> Arc<Self> {
         Arc::new(Self {
             state,
-            ts,
+            ts: AtomicI64::new(ts),
             value: Mutex::new(value),
             weight: AtomicU32::new(weight.min(u32::MAX as usize) as u32),
             dirty: AtomicBool::new(dirty),
         })
+    }
+
+    /// When the value was written (ms; drives TTL).
+    pub(crate) fn ts(&self) -> i64 {
+        self.ts.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the value in place, written at `ts`, and marks it dirty.
+    pub(crate) fn replace(&self, ts: i64, value: AnyValue) {
+        *self.value.lock().unwrap_or_else(|p| p.into_inner()) = value;
+        self.ts.store(ts, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Release);
     }
 
     /// The value (a cheap `Arc` clone).

@@ -1,0 +1,126 @@
+//! `strata-bench`: the user-history workload against strata and baselines,
+//! all modes on the same events in one invocation.
+//!
+//! ```text
+//! strata-bench --users 1000000 --events 10000000 --modes embedded,rocksdb-raw,memory --out bench-out
+//! ```
+//!
+//! Each mode runs in a child process of its own (so that its peak RSS is its
+//! own), with one worker thread per core, each worker owning a slice of the
+//! users as a keyed operator instance owns its key groups. The report goes to
+//! `<out>/report.json` and `<out>/report.md`.
+
+mod backends;
+mod report;
+mod runner;
+mod workload;
+
+use clap::Parser;
+use runner::Mode;
+use std::path::PathBuf;
+use workload::{Form, Workload};
+
+/// The user-history workload against strata and baselines.
+#[derive(Debug, Parser)]
+#[command(name = "strata-bench", version, about)]
+struct Args {
+    /// Distinct user ids.
+    #[arg(long, default_value_t = 1_000_000)]
+    users: u64,
+    /// Events in all.
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Modes to run, in order, on the same events.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "embedded,rocksdb-raw,memory"
+    )]
+    modes: Vec<Mode>,
+    /// Where the report (and, while running, the state) goes.
+    #[arg(long)]
+    out: PathBuf,
+    /// How state is updated per event.
+    #[arg(long, value_enum, default_value = "list-add")]
+    form: Form,
+    /// Zipf exponent of the user distribution (0 = uniform).
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
+    /// Payload bytes per event.
+    #[arg(long, default_value_t = 100)]
+    payload: usize,
+    /// History kept per user, in days of event time (the TTL).
+    #[arg(long, default_value_t = 60)]
+    history_days: u64,
+    /// Event times spread over this many days.
+    #[arg(long, default_value_t = 120)]
+    spread_days: u64,
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    threads: Option<u32>,
+    /// L1 capacity for all workers together, e.g. 256MB.
+    #[arg(long, default_value = "256MB")]
+    l1: bytesize::ByteSize,
+    /// RocksDB block cache + memtables for all workers together, e.g. 512MB.
+    #[arg(long, default_value = "512MB")]
+    l2_memory: bytesize::ByteSize,
+    /// Internal: run one mode and print its report as JSON.
+    #[arg(long, hide = true)]
+    child: Option<Mode>,
+}
+
+impl Args {
+    fn workload(&self) -> Workload {
+        Workload {
+            users: self.users.max(1),
+            events: self.events,
+            zipf: self.zipf,
+            payload: self.payload,
+            history_days: self.history_days,
+            spread_days: self.spread_days,
+            form: self.form,
+            threads: self
+                .threads
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(2, |n| n.get() as u32)
+                })
+                .max(1),
+        }
+    }
+
+    fn budget(&self, threads: u32) -> backends::Budget {
+        backends::Budget {
+            l1_bytes: self.l1.as_u64() / u64::from(threads),
+            l2_bytes: (self.l2_memory.as_u64() / u64::from(threads)) as usize,
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let result = match args.child {
+        Some(mode) => child(&args, mode),
+        None => report::run_all(
+            &args.modes,
+            &args.out,
+            &args.workload(),
+            std::env::args().skip(1).collect(),
+        ),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata-bench: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
+    let w = args.workload();
+    let dir = args.out.join(format!("state-{}", std::process::id()));
+    let report = runner::run(mode, &dir, &w, args.budget(w.threads));
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("{}", serde_json::to_string(&report?)?);
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! The user-history workload: events of many users, each user keeping the
+//! history of its last N days of events and a per-user count.
+//!
+//! Every worker thread generates its own share of the events (a fixed slice
+//! of the users, as a keyed operator instance owns a range of key groups),
+//! deterministically from a seed. User ids are drawn uniformly or with a
+//! Zipf skew; event times advance evenly over `spread_days`.
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand_distr::{Distribution, Zipf};
+use serde::{Deserialize, Serialize};
+
+/// How state is updated per event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Form {
+    /// `ListState::add(event)` plus a `ValueState<u64>` count (recommended).
+    ListAdd,
+    /// Read-modify-write of the whole list (`list = get(user); list.push(e);
+    /// put(user, list)`, last 100 kept) plus the count: the user's sketch.
+    Naive,
+}
+
+/// One event as stored in a user's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Event time, ms since the epoch.
+    pub ts: i64,
+    /// Opaque payload.
+    pub payload: Vec<u8>,
+}
+
+/// The workload's shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Workload {
+    /// Distinct user ids.
+    pub users: u64,
+    /// Events in all.
+    pub events: u64,
+    /// Zipf exponent of the user distribution; 0 = uniform.
+    pub zipf: f64,
+    /// Payload bytes per event.
+    pub payload: usize,
+    /// History kept per user, days (event-time TTL).
+    pub history_days: u64,
+    /// Event times spread over this many days.
+    pub spread_days: u64,
+    /// The update form.
+    pub form: Form,
+    /// Worker threads (the parallelism).
+    pub threads: u32,
+}
+
+/// Milliseconds in a day.
+pub const DAY_MS: i64 = 86_400_000;
+const EPOCH_2026: i64 = 1_767_225_600_000;
+
+/// The events of worker `thread`: (user id, event) pairs.
+pub struct Events {
+    rng: StdRng,
+    zipf: Option<Zipf<f64>>,
+    thread: u64,
+    threads: u64,
+    users_here: u64,
+    next: u64,
+    count: u64,
+    step_ms: f64,
+    payload: usize,
+}
+
+impl Workload {
+    /// The events worker `thread` processes.
+    pub fn events(&self, thread: u32) -> Events {
+        let threads = u64::from(self.threads);
+        let users_here =
+            (self.users / threads + u64::from(u64::from(thread) < self.users % threads)).max(1);
+        let count = self.events / threads + u64::from(u64::from(thread) < self.events % threads);
+        Events {
+            rng: StdRng::seed_from_u64(0x5eed ^ u64::from(thread)),
+            zipf: (self.zipf > 0.0)
+                .then(|| Zipf::new(users_here as f64, self.zipf))
+                .and_then(Result::ok),
+            thread: u64::from(thread),
+            threads,
+            users_here,
+            next: 0,
+            count,
+            step_ms: (self.spread_days as i64 * DAY_MS) as f64 / self.events.max(1) as f64
+                * threads as f64,
+            payload: self.payload,
+        }
+    }
+}
+
+impl Events {
+    /// The users this worker owns (for verification).
+    pub fn users(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.users_here).map(|i| i * self.threads + self.thread)
+    }
+}
+
+impl Iterator for Events {
+    type Item = (u64, Event);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.count {
+            return None;
+        }
+        let local = match &self.zipf {
+            Some(z) => z.sample(&mut self.rng) as u64 - 1,
+            None => self.rng.random_range(0..self.users_here),
+        };
+        let ts = EPOCH_2026 + (self.next as f64 * self.step_ms) as i64;
+        let payload = vec![(self.next % 251) as u8; self.payload];
+        self.next += 1;
+        Some((local * self.threads + self.thread, Event { ts, payload }))
+    }
+}
