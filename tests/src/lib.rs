@@ -16,21 +16,18 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// The `strata` binary built in the same profile as this test.
-/// `scripts/test.sh` builds it before running the tests.
-pub fn strata_bin() -> PathBuf {
+/// A binary of the workspace (`strata`, `strata-bench`) built in the same
+/// profile as this test. `scripts/test.sh` builds them before the tests.
+pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join("strata");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first (scripts/test.sh does)",
-        bin.display()
-    );
+    let bin = exe.parent().and_then(Path::parent).expect("target/<profile>").join(name);
+    assert!(bin.is_file(), "{} is missing: build it first (scripts/test.sh does)", bin.display());
     bin
+}
+
+/// The `strata` binary.
+pub fn strata_bin() -> PathBuf {
+    workspace_bin("strata")
 }
 
 /// The real flights file (`scripts/fetch-data.sh` downloads it). Its absence
