@@ -77,7 +77,7 @@ impl Backend for Embedded {
         let key = user.to_be_bytes();
         self.store.set_record_timestamp(event.ts);
         self.seen += 1;
-        if self.seen % 1024 == 0 {
+        if self.seen.is_multiple_of(1024) {
             self.store.clock().advance_watermark(event.ts);
         }
         match self.form {

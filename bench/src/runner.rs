@@ -94,7 +94,7 @@ fn work(
         backend.apply(user, event)?;
         histogram.saturating_record(started.elapsed().as_nanos() as u64);
         applied += 1;
-        if applied % 4096 == 0 {
+        if applied.is_multiple_of(4096) {
             progress.inc(4096);
         }
     }

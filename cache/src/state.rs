@@ -180,15 +180,11 @@ where
         let ts = inner.write_ts(self.id);
         let _tiers = inner.lock_tiers()?;
         // Replacing the value of an entry already in L1 in place spares moka
-        // an insertion; unless its size changed much, or the lookup itself
-        // evicted it (see `l1_peek`), the entry stays where it is.
+        // an insertion, unless its size changed much.
         if let Some(slot) = inner.l1_peek(&l1_key) {
             let recorded = slot.weight.load(std::sync::atomic::Ordering::Relaxed) as usize;
             if weight <= 2 * recorded.max(32) && 2 * weight >= recorded {
                 slot.replace(ts, Arc::new(value));
-                if !inner.l1_contains(&l1_key) {
-                    inner.l1_insert(l1_key, slot);
-                }
                 return Ok(());
             }
         }
@@ -370,9 +366,7 @@ where
         slot.dirty.store(true, std::sync::atomic::Ordering::Release);
         let weight = slot.weight.load(std::sync::atomic::Ordering::Relaxed) as usize;
         let reweigh = list.bytes > 2 * weight.max(64) || 4 * list.bytes < weight;
-        // The lookup that found the slot may have evicted (and spilled) it:
-        // then only this slot holds the change, and it goes back into L1.
-        if reweigh || !self.store.inner.l1_contains(l1_key) {
+        if reweigh {
             slot.weight.store(
                 list.bytes.min(u32::MAX as usize) as u32,
                 std::sync::atomic::Ordering::Relaxed,

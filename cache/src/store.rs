@@ -595,8 +595,12 @@ impl StoreInner {
         k
     }
 
+    /// The L1 entry of a key, counted as a hit or miss. moka runs its
+    /// housekeeping after the lookup, so the very call that found an entry
+    /// may evict (and spill) it; an entry gone by the time the call returns
+    /// is treated as a miss, never changed in place (the change would be lost).
     pub(crate) fn l1_get(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
-        let got = self.l1.get(l1_key);
+        let got = self.l1_peek(l1_key);
         let counter = if got.is_some() {
             &self.lower.counters.l1_hits
         } else {
@@ -606,21 +610,13 @@ impl StoreInner {
         got
     }
 
+    /// [`StoreInner::l1_get`] without counting (for writes).
+    pub(crate) fn l1_peek(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
+        self.l1.get(l1_key).filter(|_| self.l1.contains_key(l1_key))
+    }
+
     pub(crate) fn l1_insert(&self, l1_key: Vec<u8>, slot: Arc<Slot>) {
         self.l1.insert(l1_key, slot);
-    }
-
-    /// Whether L1 holds a key now.
-    pub(crate) fn l1_contains(&self, l1_key: &[u8]) -> bool {
-        self.l1.contains_key(l1_key)
-    }
-
-    /// The L1 entry of a key, without counting a hit or miss (for writes).
-    /// moka may evict the entry during this very call (its housekeeping runs
-    /// after the lookup): a caller that changes the slot in place must check
-    /// [`StoreInner::l1_contains`] afterwards and re-insert it if it is gone.
-    pub(crate) fn l1_peek(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
-        self.l1.get(l1_key)
     }
 
     /// Reads the encoded value of an L1 key from L2, then L3.

@@ -20,8 +20,16 @@ pub fn repo_root() -> PathBuf {
 /// profile as this test. `scripts/test.sh` builds them before the tests.
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe.parent().and_then(Path::parent).expect("target/<profile>").join(name);
-    assert!(bin.is_file(), "{} is missing: build it first (scripts/test.sh does)", bin.display());
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (scripts/test.sh does)",
+        bin.display()
+    );
     bin
 }
 
