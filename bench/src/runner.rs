@@ -88,7 +88,7 @@ fn work(
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let events = w.events(thread);
     let users: Vec<u64> = events.users().collect();
-    let mut applied = 0;
+    let mut applied: u64 = 0;
     for (user, event) in events {
         let started = Instant::now();
         backend.apply(user, event)?;
