@@ -2,25 +2,23 @@
 //! JSON-lines sink, with checkpoints and recovery.
 //!
 //! ```no_run
+//! use strata_runtime::jobs::route_history::{self, RouteHistory};
 //! use strata_runtime::{JobConfig, Pipeline};
-//! # fn demo<F: strata_runtime::KeyedProcessFunction<Out = serde_json::Value> + Default>() -> strata_runtime::Result<()> {
-//! # let schema = strata_connectors::Schema::new(&[]);
-//! # let parse = |_r: strata_connectors::Row, _s: &strata_connectors::Schema| -> Result<F::In, strata_connectors::RecordError> { unimplemented!() };
-//! let report = Pipeline::new("my-job", JobConfig::default(), F::default)
-//!     .file_source("in.parquet", schema, parse)
-//!     .key_by(|r: &F::In| Vec::new())
-//!     .timestamps(|r: &F::In| 0)
+//! let report = Pipeline::new("route-history", JobConfig::default(), RouteHistory::default)
+//!     .file_source("flights.parquet", route_history::schema(), route_history::parse)
+//!     .key_by(route_history::key)
+//!     .timestamps(|flight| flight.date)
 //!     .jsonl_sink("out/")
 //!     .checkpoint_dir("checkpoints/")
 //!     .run()?;
 //! println!("{} records in", report.records_in);
-//! # Ok(()) }
+//! # Ok::<(), strata_runtime::RuntimeError>(())
 //! ```
 //!
-//! The source runs with parallelism 1; the keyed operator and the sink run
-//! with `parallelism` instances each, operator instance i feeding sink
-//! instance i. Every edge is bounded (`channel.capacity` batches of
-//! `channel.batch-size` records).
+//! The source runs with parallelism 1; the keyed operator with
+//! `parallelism` instances and the sink with `sink.parallelism`, keyed
+//! instance i feeding sink i mod `sink.parallelism`. Every edge is bounded
+//! (`channel.capacity` batches of `channel.batch-size` records).
 
 use crate::channel::Message;
 use crate::channel::{edge, InputGate, Output, TaskTimes};
