@@ -9,6 +9,13 @@
 //!   concatenating two lists is a list, which is what the RocksDB merge
 //!   operator does, so `ListState::add` never reads the list.
 //!
+//! * With a cold tier (L3), two markers: a list whose value starts with the
+//!   *base marker* (an element header `[i64::MIN][u32::MAX]` with no body) is
+//!   complete — L3 holds nothing older of it; a list without one holds only
+//!   appends made since the key last left L2, and L3 holds its beginning. A
+//!   value or map entry equal to the *tombstone* says "deleted", so that an
+//!   older copy in L3 is not read as current.
+//!
 //! Timestamps are milliseconds since the Unix epoch (event or processing time,
 //! per the state's TTL domain) and drive TTL.
 
@@ -75,6 +82,36 @@ pub(crate) fn split_entry<'a>(state: &str, bytes: &'a [u8]) -> Result<(i64, &'a 
     ))
 }
 
+const MARKER_TS: i64 = i64::MIN;
+const MARKER_LEN: u32 = u32::MAX;
+
+/// The list base marker (see the module docs).
+pub(crate) fn list_base_marker() -> [u8; TS_LEN + LEN_LEN] {
+    let mut m = [0; TS_LEN + LEN_LEN];
+    m[..TS_LEN].copy_from_slice(&MARKER_TS.to_be_bytes());
+    m[TS_LEN..].copy_from_slice(&MARKER_LEN.to_be_bytes());
+    m
+}
+
+/// Whether an encoded list starts with the base marker (is complete).
+pub(crate) fn is_complete_list(bytes: &[u8]) -> bool {
+    bytes.starts_with(&list_base_marker())
+}
+
+/// The tombstone of a value or map entry (see the module docs).
+pub(crate) fn tombstone() -> Vec<u8> {
+    let mut t = MARKER_TS.to_be_bytes().to_vec();
+    t.extend_from_slice(&MARKER_LEN.to_be_bytes());
+    t
+}
+
+/// Whether an encoded value or map entry is the tombstone.
+pub(crate) fn is_tombstone(bytes: &[u8]) -> bool {
+    bytes.len() == TS_LEN + LEN_LEN
+        && bytes.starts_with(&MARKER_TS.to_be_bytes())
+        && bytes.ends_with(&MARKER_LEN.to_be_bytes())
+}
+
 /// Appends one list element written at `ts` to `out`.
 pub(crate) fn put_list_element(out: &mut Vec<u8>, ts: i64, body: &[u8]) {
     out.extend_from_slice(&ts.to_be_bytes());
@@ -96,15 +133,21 @@ pub(crate) fn list_elements<'a>(
             return Some(Err(corrupt(state, "list element header truncated")));
         };
         let ts = i64::from_be_bytes(head[..TS_LEN].try_into().unwrap_or_default());
-        let len = u32::from_be_bytes(head[TS_LEN..].try_into().unwrap_or_default()) as usize;
+        let len = u32::from_be_bytes(head[TS_LEN..].try_into().unwrap_or_default());
         let rest = &bytes[TS_LEN + LEN_LEN..];
+        if ts == MARKER_TS && len == MARKER_LEN {
+            bytes = rest;
+            return Some(Ok(None));
+        }
+        let len = len as usize;
         let Some(body) = rest.get(..len) else {
             bytes = &[];
             return Some(Err(corrupt(state, "list element body truncated")));
         };
         bytes = &rest[len..];
-        Some(Ok((ts, body)))
+        Some(Ok(Some((ts, body))))
     })
+    .filter_map(Result::transpose)
 }
 
 #[cfg(test)]
@@ -131,6 +174,17 @@ mod tests {
         a.extend_from_slice(&b);
         let got: Vec<_> = list_elements("s", &a).collect::<Result<_>>().unwrap();
         assert_eq!(got, vec![(1, &b"x"[..]), (2, &b"yz"[..])]);
+    }
+
+    #[test]
+    fn base_marker_is_skipped_and_recognised() {
+        let mut a = list_base_marker().to_vec();
+        put_list_element(&mut a, 5, b"x");
+        assert!(is_complete_list(&a));
+        let got: Vec<_> = list_elements("s", &a).collect::<Result<_>>().unwrap();
+        assert_eq!(got, vec![(5, &b"x"[..])]);
+        assert!(is_tombstone(&tombstone()));
+        assert!(!is_tombstone(&encode_entry(i64::MIN, b"")));
     }
 
     #[test]

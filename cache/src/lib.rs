@@ -4,7 +4,8 @@
 //! [moka], bounded by bytes), whose warm and spilled entries live in an
 //! embedded RocksDB (L2, bounded by one memory budget for block cache and
 //! memtables), and whose cold entries may live in a [`ColdTier`] (L3,
-//! Cassandra/ScyllaDB in a later crate feature). It is the state backend of
+//! Cassandra/ScyllaDB: [`l3::CassandraTier`]), moved there by checkpoint-gated
+//! cold eviction ([`StateStore::checkpoint_completed`]). It is the state backend of
 //! the strata runtime and is useful on its own:
 //!
 //! ```no_run
@@ -25,20 +26,24 @@
 //! ```
 //!
 //! Modules: [`key_group`] (partitioning), [`codec`] (byte layouts),
-//! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files); the store
+//! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files), [`l3`]
+//! (the Cassandra/ScyllaDB cold tier); the store
 //! and its typed handles are re-exported at the root.
 
 pub mod codec;
 mod error;
+mod eviction;
 pub mod key_group;
 mod l2;
+pub mod l3;
 pub mod snapshot;
 mod state;
 mod store;
 pub mod ttl;
 
 pub use error::{Result, StateError};
+pub use eviction::EvictionReport;
 pub use l2::L2Budget;
 pub use state::{ListState, ListView, MapState, StateDescriptor, StateKind, ValueState};
-pub use store::{ColdTier, StateStore, StoreBuilder, TierStats};
+pub use store::{ColdTier, ColdWrite, StateStore, StoreBuilder, TierStats};
 pub use ttl::{Clock, TimeDomain, Ttl};

@@ -96,6 +96,7 @@ fn weight_of<T: Serialize>(value: &T) -> usize {
 pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(
     state: &str,
     slot: &Slot,
+    _with_cold: bool,
 ) -> Result<Vec<u8>> {
     let value = slot.value();
     let value = value
@@ -120,7 +121,7 @@ where
         }
         return Ok(Some((*downcast::<T>(store, &slot)?).clone()));
     }
-    let Some(bytes) = inner.lower_get(&l1_key)? else {
+    let Some((bytes, _)) = inner.lower_get(&l1_key)? else {
         return Ok(None);
     };
     let name = inner.name(state);
@@ -209,12 +210,22 @@ where
 /// Elements appended in timestamp order (the common case: event time moves
 /// forward) expire from the front, so trimming them is O(expired); a list
 /// appended out of order is trimmed with a full scan.
+///
+/// With a cold tier, the first `l3_prefix` elements may be ones L3 already
+/// holds (`None`: the list is complete — L2 and L3 get all of it): writing
+/// the list back to L2 then writes only the elements after them, so a long
+/// history read from L3 is never rewritten there because of one append.
+/// `l3_expired` counts L3's elements that expired since; once they outnumber
+/// the live ones the list becomes complete again and its next move to L3
+/// replaces the partition (expired rows are cleaned up, amortised O(1)).
 #[derive(Clone)]
 pub(crate) struct ListValue<T> {
     items: VecDeque<(i64, T)>,
     min_ts: i64,
     in_order: bool,
     bytes: usize,
+    l3_prefix: Option<usize>,
+    l3_expired: usize,
 }
 
 impl<T> ListValue<T> {
@@ -224,6 +235,23 @@ impl<T> ListValue<T> {
             min_ts: i64::MAX,
             in_order: true,
             bytes: 0,
+            l3_prefix: None,
+            l3_expired: 0,
+        }
+    }
+
+    /// The first `expired` elements expired: those of them L3 holds count
+    /// as expired there; once they outnumber the live ones L3 holds, the
+    /// list becomes complete.
+    fn expire_l3(&mut self, expired: usize) {
+        let Some(live) = self.l3_prefix else {
+            return;
+        };
+        let gone = expired.min(live);
+        self.l3_expired += gone;
+        self.l3_prefix = Some(live - gone);
+        if self.l3_expired > live - gone {
+            self.l3_prefix = None;
         }
     }
 
@@ -242,8 +270,10 @@ impl<T> ListValue<T> {
         if self.in_order {
             let expired = self.items.partition_point(|(ts, _)| *ts <= cutoff);
             self.items.drain(..expired);
+            self.expire_l3(expired);
         } else {
             self.items.retain(|(ts, _)| *ts > cutoff);
+            self.l3_prefix = None;
         }
         self.min_ts = self
             .items
@@ -258,16 +288,27 @@ impl<T> ListValue<T> {
     }
 }
 
+/// Encodes a list for L2: with a cold tier, a complete list with the base
+/// marker, one whose beginning L3 holds as the elements after it only.
 pub(crate) fn encode_list<T: Serialize + Send + Sync + 'static>(
     state: &str,
     slot: &Slot,
+    with_cold: bool,
 ) -> Result<Vec<u8>> {
     let list = slot.value();
     let list = list
         .downcast_ref::<ListValue<T>>()
         .ok_or_else(|| StateError::UnknownState(state.to_owned()))?;
-    let mut out = Vec::with_capacity(list.bytes);
-    for (ts, item) in &list.items {
+    let mut out = Vec::with_capacity(list.bytes + 12);
+    let skip = match (with_cold, list.l3_prefix) {
+        (false, _) => 0,
+        (true, Some(in_l3)) => in_l3,
+        (true, None) => {
+            out.extend_from_slice(&codec::list_base_marker());
+            0
+        }
+    };
+    for (ts, item) in list.items.iter().skip(skip) {
         codec::put_list_element(&mut out, *ts, &codec::encode(state, item)?);
     }
     Ok(out)
@@ -419,23 +460,41 @@ where
             let list = self.modify_l1(&l1_key, slot, |list| list.trim(cutoff))?;
             return Ok(ListView { list: Some(list) });
         }
-        let Some(bytes) = inner.lower_get(&l1_key)? else {
+        let Some((bytes, from_l3)) = inner.lower_get(&l1_key)? else {
             return Ok(ListView { list: None });
         };
-        let mut list = ListValue::empty();
-        let mut trimmed = false;
-        let cutoff = inner.expiry_cutoff(self.id);
-        for element in codec::list_elements(self.name(), &bytes) {
-            let (ts, body) = element?;
-            if cutoff.is_some_and(|c| ts <= c) {
-                trimmed = true;
-            } else {
-                list.push(ts, codec::decode(self.name(), body)?, body.len());
-            }
-        }
+        let (list, trimmed) = self.decode_list(&bytes, from_l3)?;
         Ok(ListView {
             list: Some(self.put_l1(l1_key, list, trimmed)),
         })
+    }
+
+    /// Decodes a list whose first `from_l3` bytes came from L3, leaving out
+    /// expired elements; says whether any were left out of L2's part (then
+    /// L2 should be rewritten).
+    fn decode_list(&self, bytes: &[u8], from_l3: usize) -> Result<(ListValue<T>, bool)> {
+        let mut list = ListValue::empty();
+        let (mut trimmed, mut l3_live, mut l3_expired) = (false, 0, 0);
+        let cutoff = self.store.inner.expiry_cutoff(self.id);
+        for element in codec::list_elements(self.name(), bytes) {
+            let (ts, body) = element?;
+            let in_l3 = (body.as_ptr() as usize) < bytes.as_ptr() as usize + from_l3;
+            let expired = cutoff.is_some_and(|c| ts <= c);
+            match (expired, in_l3) {
+                (true, true) => l3_expired += 1,
+                (true, false) => trimmed = true,
+                (false, in_l3) => {
+                    l3_live += usize::from(in_l3);
+                    list.push(ts, codec::decode(self.name(), body)?, body.len());
+                }
+            }
+        }
+        if from_l3 > 0 && l3_expired <= l3_live {
+            (list.l3_prefix, list.l3_expired) = (Some(l3_live), l3_expired);
+        } else if from_l3 > 0 {
+            trimmed = true; // complete now: L3's expired rows go at its next move
+        }
+        Ok((list, trimmed))
     }
 
     fn unexpired(&self, ts: i64, values: Vec<T>) -> ListValue<T> {
@@ -471,7 +530,8 @@ where
 
 /// A map from `K` to `V` per key (Flink's `MapState`). Reading one entry
 /// reads only that entry. Writes go through to L2 so that iteration sees
-/// every entry in one place.
+/// every local entry in one place; with a cold tier, iteration adds the
+/// entries only L3 holds.
 pub struct MapState<K, V> {
     store: StateStore,
     id: u16,
@@ -537,15 +597,25 @@ where
         let inner = &self.store.inner;
         let prefix = inner.l1_key(self.id, key, &[]);
         let name = inner.name(self.id);
-        let mut out = Vec::new();
+        let mut found = std::collections::BTreeMap::new();
         let _tiers = inner.lock_tiers()?;
         inner.l2_scan(self.id, &prefix[2..], |user_key, value| {
-            let (ts, body) = codec::split_entry(name, value)?;
-            if !inner.expired(self.id, ts) {
-                out.push((codec::decode(name, user_key)?, codec::decode(name, body)?));
-            }
+            found.insert(user_key.to_vec(), value.to_vec());
             Ok(())
         })?;
+        if let Some(cold) = &inner.cold {
+            // L2 wins over L3: what L3 holds only fills the gaps.
+            for (user_key, value) in cold.scan(&inner.meta(self.id).desc, &prefix[2..])? {
+                found.entry(user_key).or_insert(value);
+            }
+        }
+        let mut out = Vec::with_capacity(found.len());
+        for (user_key, value) in found {
+            let (ts, body) = codec::split_entry(name, &value)?;
+            if !codec::is_tombstone(&value) && !inner.expired(self.id, ts) {
+                out.push((codec::decode(name, &user_key)?, codec::decode(name, body)?));
+            }
+        }
         Ok(out)
     }
 }

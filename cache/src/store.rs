@@ -23,16 +23,54 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// The cold tier (L3) as the store sees it: a read-through lookup on an L2
-/// miss. An embedded run has none; the Cassandra/ScyllaDB tier implements it.
+/// The cold tier (L3) as the store sees it: read on an L2 miss, written when
+/// cold keys leave L2 after a checkpoint completed. An embedded run has none;
+/// [`crate::l3::CassandraTier`] implements it on Cassandra/ScyllaDB.
+///
+/// Byte layouts are those of [`crate::codec`]; a stored key is
+/// `[key group][key length][key][map user key]`.
 pub trait ColdTier: Send + Sync {
-    /// The encoded value (layout of [`crate::codec`]) of `stored_key` in
-    /// state `state`, if L3 holds one.
-    fn get(&self, state: &str, stored_key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// What L3 holds of `stored_key` in `state`: for a value or map entry its
+    /// encoded entry; for a list its elements in append order (no base
+    /// marker), `None` when it holds none.
+    fn get(&self, state: &StateDescriptor, stored_key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// [`ColdTier::get`] for many keys at once (an implementation issues
+    /// them concurrently); answers in the order asked.
+    fn get_many(&self, keys: &[(&StateDescriptor, &[u8])]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter()
+            .map(|(state, key)| self.get(state, key))
+            .collect()
+    }
+
+    /// Every entry L3 holds of one map: `(map user key, encoded entry)` pairs
+    /// for the record key whose stored key is `stored_key`.
+    fn scan(&self, state: &StateDescriptor, stored_key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+
+    /// Writes the entries picked for eviction at checkpoint `checkpoint_id`,
+    /// once that checkpoint completed. The write must be versioned so that
+    /// repeating it is harmless and a write for an older checkpoint never
+    /// overwrites one for a newer checkpoint.
+    fn write(&self, writes: &[ColdWrite<'_>], checkpoint_id: u64) -> Result<()>;
+}
+
+/// One L2 entry leaving for L3 (see [`ColdTier::write`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ColdWrite<'a> {
+    /// The state the entry belongs to.
+    pub state: &'a StateDescriptor,
+    /// Its stored key (for a map entry, including the map user key).
+    pub stored_key: &'a [u8],
+    /// Its encoded value: an entry, a tombstone, or a list that is complete
+    /// (starts with the base marker: replace what L3 holds) or holds appends
+    /// only (add them after what L3 holds). Expired elements are already gone.
+    pub bytes: &'a [u8],
 }
 
 pub(crate) type AnyValue = Arc<dyn Any + Send + Sync>;
-type EncodeFn = fn(&str, &Slot) -> Result<Vec<u8>>;
+/// Encodes an L1 entry for L2; `with_cold` says whether lists must say
+/// whether they are complete (see [`crate::codec`]).
+type EncodeFn = fn(&str, &Slot, bool) -> Result<Vec<u8>>;
 
 /// One L1 entry: a deserialised value, its write timestamp and whether L2
 /// lacks it. The value sits behind a mutex so that a list can be appended
@@ -101,6 +139,8 @@ pub struct TierCounters {
     l3_misses: AtomicU64,
     l1_spills: AtomicU64,
     lower_wait_ns: AtomicU64,
+    pub(crate) l3_evictions: AtomicU64,
+    pub(crate) l3_evicted_bytes: AtomicU64,
 }
 
 /// A snapshot of a store's tier statistics.
@@ -122,6 +162,10 @@ pub struct TierStats {
     pub l1_spills: u64,
     /// Time spent waiting on L2 and L3 reads after L1 misses, in milliseconds.
     pub lower_wait_ms: u64,
+    /// Entries written to L3 and then deleted from L2 (cold eviction).
+    pub l3_evictions: u64,
+    /// Bytes of those entries (encoded, before L3's own compression).
+    pub l3_evicted_bytes: u64,
     /// Bytes L1 holds (by the weigher).
     pub l1_bytes: u64,
     /// Bytes L2 holds (live SST files plus memtables).
@@ -139,6 +183,8 @@ impl TierStats {
         self.l3_misses += o.l3_misses;
         self.l1_spills += o.l1_spills;
         self.lower_wait_ms += o.lower_wait_ms;
+        self.l3_evictions += o.l3_evictions;
+        self.l3_evicted_bytes += o.l3_evicted_bytes;
         self.l1_bytes += o.l1_bytes;
         self.l2_bytes += o.l2_bytes;
     }
@@ -151,6 +197,11 @@ impl TierStats {
     /// Fraction of L1 misses answered by L2 (0 when there were none).
     pub fn l2_hit_ratio(&self) -> f64 {
         ratio(self.l2_hits, self.l2_misses)
+    }
+
+    /// Fraction of L2 misses answered by L3 (0 when there were none).
+    pub fn l3_hit_ratio(&self) -> f64 {
+        ratio(self.l3_hits, self.l3_misses)
     }
 }
 
@@ -166,9 +217,11 @@ fn ratio(hits: u64, misses: u64) -> f64 {
 pub(crate) struct Lower {
     pub(crate) db: DB,
     pub(crate) states: Vec<StateMeta>,
-    write_opts: WriteOptions,
-    counters: TierCounters,
+    pub(crate) write_opts: WriteOptions,
+    pub(crate) counters: TierCounters,
     spill_failure: Mutex<Option<String>>,
+    /// With a cold tier, spilled lists carry the base marker (they are complete).
+    has_cold: bool,
 }
 
 impl Lower {
@@ -178,10 +231,10 @@ impl Lower {
             .encoder
             .get()
             .ok_or_else(|| StateError::UnknownState(meta.desc.name.clone()))?;
-        encode(&meta.desc.name, slot)
+        encode(&meta.desc.name, slot, self.has_cold)
     }
 
-    fn cf(&self, state: u16) -> Result<Arc<rocksdb::BoundColumnFamily<'_>>> {
+    pub(crate) fn cf(&self, state: u16) -> Result<Arc<rocksdb::BoundColumnFamily<'_>>> {
         self.cf_by_name(&self.states[usize::from(state)].desc.name)
     }
 
@@ -213,12 +266,15 @@ impl Lower {
 
 pub(crate) struct StoreInner {
     pub(crate) lower: Arc<Lower>,
-    l1: moka::sync::Cache<Vec<u8>, Arc<Slot>>,
+    pub(crate) l1: moka::sync::Cache<Vec<u8>, Arc<Slot>>,
     tier_lock: Mutex<()>,
     pub(crate) clock: Arc<Clock>,
     record_ts: AtomicI64,
     max_parallelism: u32,
-    cold: Option<Arc<dyn ColdTier>>,
+    pub(crate) cold: Option<Arc<dyn ColdTier>>,
+    pub(crate) eviction: crate::eviction::Eviction,
+    /// L3 answers read ahead for a batch of keys (see [`StateStore::prefetch`]).
+    prefetched: Mutex<std::collections::HashMap<Vec<u8>, Found>>,
     path: PathBuf,
 }
 
@@ -257,6 +313,7 @@ pub struct StoreBuilder {
     max_parallelism: u32,
     clock: Option<Arc<Clock>>,
     cold: Option<Arc<dyn ColdTier>>,
+    l2_capacity: Option<u64>,
 }
 
 impl StoreBuilder {
@@ -297,9 +354,18 @@ impl StoreBuilder {
         self
     }
 
-    /// Adds a cold tier (L3) read on L2 misses.
+    /// Adds a cold tier (L3): read on L2 misses, written by cold eviction.
     pub fn cold_tier(mut self, cold: Arc<dyn ColdTier>) -> Self {
         self.cold = Some(cold);
+        self
+    }
+
+    /// L2 capacity in bytes on disk (live SST files plus memtables). With a
+    /// cold tier, the coldest keys beyond it are picked at each checkpoint
+    /// and moved to L3 once that checkpoint completed. Without one, or unset,
+    /// L2 grows with the state.
+    pub fn l2_capacity(mut self, bytes: u64) -> Self {
+        self.l2_capacity = Some(bytes);
         self
     }
 
@@ -359,6 +425,7 @@ impl StoreBuilder {
             write_opts,
             counters: TierCounters::default(),
             spill_failure: Mutex::new(None),
+            has_cold: self.cold.is_some(),
         });
         let listener_lower = lower.clone();
         let l1 = moka::sync::Cache::builder()
@@ -372,7 +439,7 @@ impl StoreBuilder {
                 listener_lower.on_evict(&k, &s, cause)
             })
             .build();
-        Ok(StateStore {
+        let store = StateStore {
             inner: Arc::new(StoreInner {
                 lower,
                 l1,
@@ -380,10 +447,16 @@ impl StoreBuilder {
                 clock,
                 record_ts: AtomicI64::new(i64::MIN),
                 max_parallelism: self.max_parallelism,
+                eviction: crate::eviction::Eviction::new(
+                    self.l2_capacity.filter(|_| self.cold.is_some()),
+                ),
                 cold: self.cold,
+                prefetched: Mutex::default(),
                 path: self.path,
             }),
-        })
+        };
+        store.load_pending_eviction()?;
+        Ok(store)
     }
 }
 
@@ -399,6 +472,7 @@ impl StateStore {
             max_parallelism: 128,
             clock: None,
             cold: None,
+            l2_capacity: None,
         }
     }
 
@@ -494,10 +568,15 @@ impl StateStore {
         Ok(())
     }
 
-    /// Flushes L1 and writes a RocksDB checkpoint (hard links where possible)
-    /// of L2 into `dir`, which must not exist yet.
-    pub fn checkpoint(&self, dir: &Path) -> Result<()> {
+    /// Flushes L1, picks the coldest keys beyond the L2 capacity for eviction
+    /// to L3 (see [`StoreBuilder::l2_capacity`]), and writes a RocksDB
+    /// checkpoint (hard links where possible) of L2 into `dir`, which must
+    /// not exist yet. `checkpoint_id` is the id of the checkpoint this
+    /// snapshot belongs to; [`StateStore::checkpoint_completed`] with it (or
+    /// a later id) moves the picked keys to L3.
+    pub fn checkpoint(&self, dir: &Path, checkpoint_id: u64) -> Result<()> {
         self.flush()?;
+        self.pick_cold(checkpoint_id)?;
         let db = &self.inner.lower.db;
         rocksdb::checkpoint::Checkpoint::new(db)?.create_checkpoint(dir)?;
         Ok(())
@@ -517,6 +596,53 @@ impl StateStore {
         Ok(())
     }
 
+    /// Reads ahead from L3, concurrently, what the value and list states
+    /// of `keys` will need (not the runtime's own, named `__…`) (keys L1 and L2 cannot answer), so processing a
+    /// batch of records waits on one round of L3 reads instead of one per
+    /// record (the idea of Flink 2.0's asynchronous state access). The
+    /// answers stay until they are used or L3 changes (cold eviction).
+    /// Without a cold tier it does nothing.
+    ///
+    /// Errors: [`StateError::L3`] if L3 fails (after its retries).
+    pub fn prefetch<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
+        let inner = &self.inner;
+        let Some(cold) = &inner.cold else {
+            return Ok(());
+        };
+        let states: Vec<u16> = (0..inner.lower.states.len() as u16)
+            .filter(|s| {
+                let desc = &inner.meta(*s).desc;
+                desc.kind != StateKind::Map && !desc.name.starts_with("__")
+            })
+            .collect();
+        let mut wanted = std::collections::BTreeSet::new();
+        {
+            let _tiers = inner.lock_tiers()?;
+            inner.lock_prefetched().clear();
+            for key in keys {
+                for &state in &states {
+                    let l1_key = inner.l1_key(state, key, &[]);
+                    if !wanted.contains(&l1_key) && inner.needs_l3(&l1_key)? {
+                        wanted.insert(l1_key);
+                    }
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let asks: Vec<(&StateDescriptor, &[u8])> = wanted
+            .iter()
+            .map(|k| (&inner.meta(u16::from_be_bytes([k[0], k[1]])).desc, &k[2..]))
+            .collect();
+        let found = cold.get_many(&asks)?;
+        let _tiers = inner.lock_tiers()?;
+        inner
+            .lock_prefetched()
+            .extend(wanted.into_iter().zip(found));
+        Ok(())
+    }
+
     /// Counters and sizes per tier.
     pub fn stats(&self) -> TierStats {
         let c = &self.inner.lower.counters;
@@ -531,6 +657,8 @@ impl StateStore {
             l3_misses: get(&c.l3_misses),
             l1_spills: get(&c.l1_spills),
             lower_wait_ms: get(&c.lower_wait_ns) / 1_000_000,
+            l3_evictions: get(&c.l3_evictions),
+            l3_evicted_bytes: get(&c.l3_evicted_bytes),
             l1_bytes: self.inner.l1.weighted_size(),
             l2_bytes: lower
                 .states
@@ -543,6 +671,32 @@ impl StateStore {
 
 /// The result of looking a key up in L2/L3: its encoded bytes.
 pub(crate) type Found = Option<Vec<u8>>;
+
+/// What L2 and L3 hold of a key: its encoded bytes and, for a list whose
+/// beginning L3 holds, how many of those bytes came from L3 (0 otherwise).
+pub(crate) type Lookup = Option<(Vec<u8>, usize)>;
+
+/// A list read from L3 (`older`) followed by the appends L2 holds; for
+/// other kinds, what L3 holds.
+fn join_list(kind: StateKind, older: Found, appends: Found) -> Lookup {
+    if kind != StateKind::List {
+        return older.map(|v| (v, 0));
+    }
+    match (older, appends) {
+        (None, None) => None,
+        // L3 holds nothing older: the appends are the whole list.
+        (None, Some(appends)) => {
+            let mut list = codec::list_base_marker().to_vec();
+            list.extend_from_slice(&appends);
+            Some((list, 0))
+        }
+        (Some(mut older), appends) => {
+            let from_l3 = older.len();
+            older.extend_from_slice(&appends.unwrap_or_default());
+            Some((older, from_l3))
+        }
+    }
+}
 
 impl StoreInner {
     pub(crate) fn lock_tiers(&self) -> Result<MutexGuard<'_, ()>> {
@@ -620,7 +774,7 @@ impl StoreInner {
     }
 
     /// Reads the encoded value of an L1 key from L2, then L3.
-    pub(crate) fn lower_get(&self, l1_key: &[u8]) -> Result<Found> {
+    pub(crate) fn lower_get(&self, l1_key: &[u8]) -> Result<Lookup> {
         let started = std::time::Instant::now();
         let found = self.lower_get_untimed(l1_key);
         let waited = started.elapsed().as_nanos() as u64;
@@ -631,25 +785,70 @@ impl StoreInner {
         found
     }
 
-    fn lower_get_untimed(&self, l1_key: &[u8]) -> Result<Found> {
+    fn lower_get_untimed(&self, l1_key: &[u8]) -> Result<Lookup> {
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let c = &self.lower.counters;
-        if let Some(v) = self.lower.db.get_cf(&self.lower.cf(state)?, &l1_key[2..])? {
-            c.l2_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(v));
+        let in_l2 = self.lower.db.get_cf(&self.lower.cf(state)?, &l1_key[2..])?;
+        if in_l2.is_some() {
+            self.eviction.touch(l1_key);
         }
-        c.l2_misses.fetch_add(1, Ordering::Relaxed);
-        let found = match &self.cold {
-            Some(cold) => cold.get(self.name(state), &l1_key[2..])?,
-            None => None,
-        };
-        let counter = if found.is_some() {
-            &c.l3_hits
+        let counter = if in_l2.is_some() {
+            &c.l2_hits
         } else {
-            &c.l3_misses
+            &c.l2_misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok(found)
+        let Some(cold) = &self.cold else {
+            return Ok(in_l2.map(|v| (v, 0)));
+        };
+        let desc = &self.meta(state).desc;
+        match in_l2 {
+            Some(v) if codec::is_tombstone(&v) => Ok(None),
+            Some(v) if desc.kind != StateKind::List || codec::is_complete_list(&v) => {
+                Ok(Some((v, 0)))
+            }
+            // A list holding appends only: L3 holds its beginning.
+            appends => {
+                let ahead = self.lock_prefetched().remove(l1_key);
+                let older = match ahead {
+                    Some(found) => found,
+                    None => cold.get(desc, &l1_key[2..])?,
+                };
+                let counter = if older.is_some() {
+                    &c.l3_hits
+                } else {
+                    &c.l3_misses
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok(join_list(desc.kind, older, appends))
+            }
+        }
+    }
+
+    pub(crate) fn lock_prefetched(
+        &self,
+    ) -> MutexGuard<'_, std::collections::HashMap<Vec<u8>, Found>> {
+        self.prefetched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a lookup of `l1_key` would need L3: L1 lacks it and L2 holds
+    /// no authoritative copy (none, or the appends of a list only).
+    fn needs_l3(&self, l1_key: &[u8]) -> Result<bool> {
+        if self.l1.contains_key(l1_key) {
+            return Ok(false);
+        }
+        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
+        let kind = self.meta(state).desc.kind;
+        Ok(
+            match self
+                .lower
+                .db
+                .get_pinned_cf(&self.lower.cf(state)?, &l1_key[2..])?
+            {
+                None => true,
+                Some(v) => kind == StateKind::List && !codec::is_complete_list(&v),
+            },
+        )
     }
 
     pub(crate) fn l2_put(&self, l1_key: &[u8], bytes: &[u8]) -> Result<()> {
@@ -661,6 +860,7 @@ impl StoreInner {
     }
 
     pub(crate) fn l2_merge(&self, l1_key: &[u8], bytes: &[u8]) -> Result<()> {
+        self.eviction.touch(l1_key);
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let lower = &self.lower;
         Ok(lower
@@ -668,14 +868,26 @@ impl StoreInner {
             .merge_cf_opt(&lower.cf(state)?, &l1_key[2..], bytes, &lower.write_opts)?)
     }
 
-    /// Removes a key from every tier this store writes.
+    /// Removes a key from every tier this store writes. With a cold tier,
+    /// L2 keeps a tombstone (an empty complete list for list state) until
+    /// the deletion reaches L3.
     pub(crate) fn remove(&self, l1_key: &[u8]) -> Result<()> {
         self.l1.invalidate(l1_key);
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let lower = &self.lower;
+        let cf = lower.cf(state)?;
+        if self.cold.is_none() {
+            return Ok(lower
+                .db
+                .delete_cf_opt(&cf, &l1_key[2..], &lower.write_opts)?);
+        }
+        let tombstone = match self.meta(state).desc.kind {
+            StateKind::List => codec::list_base_marker().to_vec(),
+            _ => codec::tombstone(),
+        };
         Ok(lower
             .db
-            .delete_cf_opt(&lower.cf(state)?, &l1_key[2..], &lower.write_opts)?)
+            .put_cf_opt(&cf, &l1_key[2..], tombstone, &lower.write_opts)?)
     }
 
     /// Iterates L2 entries whose stored key starts with `prefix` (an L1 key

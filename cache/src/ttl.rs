@@ -121,6 +121,10 @@ impl TtlCompactionFilter {
 
     fn decide_list(&mut self, value: &[u8], now: i64) -> rocksdb::CompactionDecision {
         self.buf.clear();
+        let complete = codec::is_complete_list(value);
+        if complete {
+            self.buf.extend_from_slice(&codec::list_base_marker());
+        }
         let mut dropped = false;
         for element in codec::list_elements("", value) {
             let Ok((ts, body)) = element else {
@@ -132,6 +136,8 @@ impl TtlCompactionFilter {
                 codec::put_list_element(&mut self.buf, ts, body);
             }
         }
+        // A complete list keeps its base marker even when every element
+        // expired: without it, an older copy in L3 would be read as current.
         match (dropped, self.buf.is_empty()) {
             (false, _) => rocksdb::CompactionDecision::Keep,
             (true, true) => rocksdb::CompactionDecision::Remove,
@@ -152,7 +158,7 @@ impl rocksdb::compaction_filter::CompactionFilter for TtlCompactionFilter {
             return self.decide_list(value, now);
         }
         match codec::split_entry("", value) {
-            Ok((ts, _)) if is_expired(Some(self.ttl), ts, now) => {
+            Ok((ts, _)) if !codec::is_tombstone(value) && is_expired(Some(self.ttl), ts, now) => {
                 rocksdb::CompactionDecision::Remove
             }
             _ => rocksdb::CompactionDecision::Keep,

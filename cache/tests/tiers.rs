@@ -2,6 +2,9 @@
 //! eviction, read-your-writes under concurrent eviction, TTL in every tier,
 //! and snapshots that restore exactly what a checkpoint held.
 
+mod model;
+
+use model::{op, Handles, Model, Op};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,37 +23,6 @@ fn store(dir: &std::path::Path, l1_bytes: u64) -> StateStore {
         .unwrap()
 }
 
-#[derive(Debug, Clone)]
-enum Op {
-    Update(u8, u64),
-    ClearValue(u8),
-    Add(u8, u32),
-    ClearList(u8),
-    Put(u8, u8, u32),
-    Remove(u8, u8),
-    Flush,
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let key = 0u8..12;
-    prop_oneof![
-        4 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Update(k, v)),
-        1 => key.clone().prop_map(Op::ClearValue),
-        4 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Add(k, v)),
-        1 => key.clone().prop_map(Op::ClearList),
-        3 => (key.clone(), 0u8..4, any::<u32>()).prop_map(|(k, u, v)| Op::Put(k, u, v)),
-        1 => (key, 0u8..4).prop_map(|(k, u)| Op::Remove(k, u)),
-        1 => Just(Op::Flush),
-    ]
-}
-
-#[derive(Default)]
-struct Model {
-    values: HashMap<u8, u64>,
-    lists: HashMap<u8, Vec<u32>>,
-    maps: HashMap<u8, HashMap<u8, u32>>,
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -61,33 +33,14 @@ proptest! {
     fn every_read_matches_a_model_while_entries_cross_tiers(ops in proptest::collection::vec(op(), 1..300)) {
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path(), 1024);
-        let (count, events, attrs) = (
-            s.value_state::<u64>("count").unwrap(),
-            s.list_state::<u32>("events").unwrap(),
-            s.map_state::<u8, u32>("attrs").unwrap(),
-        );
+        let h = Handles::of(&s);
         let mut m = Model::default();
         for op in ops {
-            match op {
-                Op::Update(k, v) => { count.update(&[k], v).unwrap(); m.values.insert(k, v); }
-                Op::ClearValue(k) => { count.clear(&[k]).unwrap(); m.values.remove(&k); }
-                Op::Add(k, v) => { events.add(&[k], v).unwrap(); m.lists.entry(k).or_default().push(v); }
-                Op::ClearList(k) => { events.clear(&[k]).unwrap(); m.lists.remove(&k); }
-                Op::Put(k, u, v) => { attrs.put(&[k], &u, v).unwrap(); m.maps.entry(k).or_default().insert(u, v); }
-                Op::Remove(k, u) => { attrs.remove(&[k], &u).unwrap(); m.maps.entry(k).or_default().remove(&u); }
-                Op::Flush => s.flush().unwrap(),
+            if let Op::Flush = op {
+                s.flush().unwrap();
             }
-            for k in 0u8..12 {
-                prop_assert_eq!(count.get(&[k]).unwrap(), m.values.get(&k).copied(), "value of key {}", k);
-                let got: Vec<u32> = events.get(&[k]).unwrap().iter().copied().collect();
-                let want = m.lists.get(&k).cloned().unwrap_or_default();
-                prop_assert_eq!(got, want, "list of key {}", k);
-                let mut entries = attrs.entries(&[k]).unwrap();
-                entries.sort();
-                let mut want: Vec<(u8, u32)> = m.maps.get(&k).map(|e| e.iter().map(|(a, b)| (*a, *b)).collect()).unwrap_or_default();
-                want.sort();
-                prop_assert_eq!(entries, want, "map of key {}", k);
-            }
+            h.apply(&op, &mut m);
+            h.check(&m)?;
         }
     }
 }
@@ -197,11 +150,11 @@ fn a_restored_snapshot_holds_exactly_the_checkpointed_state_and_uploads_are_incr
         events.add(&k.to_be_bytes(), k).unwrap();
     }
     let mut up = IncrementalUploader::new(&storage, "run1");
-    s.checkpoint(&dir.path().join("c1")).unwrap();
+    s.checkpoint(&dir.path().join("c1"), 1).unwrap();
     let first = up.upload(&dir.path().join("c1"), "chk-1/op-0").unwrap();
     count.update(&0u32.to_be_bytes(), 999).unwrap();
     events.add(&0u32.to_be_bytes(), 999).unwrap();
-    s.checkpoint(&dir.path().join("c2")).unwrap();
+    s.checkpoint(&dir.path().join("c2"), 2).unwrap();
     let second = up.upload(&dir.path().join("c2"), "chk-2/op-0").unwrap();
     assert!(first.new_bytes > 0);
     assert!(
@@ -253,7 +206,7 @@ fn two_stores_uploading_into_one_storage_never_share_or_overwrite_a_file() {
                 .unwrap();
         }
         let local = dir.path().join(format!("c-{op}"));
-        s.checkpoint(&local).unwrap();
+        s.checkpoint(&local, 1).unwrap();
         // Both stores name their first SST files alike; the prefixes keep them apart.
         let up = IncrementalUploader::new(&storage, &format!("run1-op{op}"))
             .upload(&local, &format!("chk-1/op-{op}"))

@@ -1,0 +1,381 @@
+//! L3: the cold tier on Apache Cassandra or ScyllaDB (the `scylla` driver;
+//! only CQL both accept).
+//!
+//! [`CassandraTier`] implements [`ColdTier`]: reads on L2 misses, versioned
+//! writes of the keys cold eviction moves out of L2 (see
+//! [`crate::eviction`]). It creates its keyspace and table if absent. Every
+//! call goes through a tower stack (timeout, retry with backoff, concurrency
+//! limit; see `service`).
+//!
+//! Zombie runs of a job (restored from an older checkpoint while a newer
+//! run goes on) are fenced off: see `fence`.
+//!
+//! The store is synchronous, the driver is not: the
+//! tier runs the driver on a small tokio runtime of its own and blocks the
+//! calling thread until the answer arrives — so a slow L3 slows the keyed
+//! task that needs it, and backpressure carries that to the source.
+//!
+//! ```no_run
+//! use strata_cache::l3::{CassandraTier, L3Config};
+//! use strata_cache::{StateDescriptor, StateStore};
+//! use std::sync::Arc;
+//! let l3 = CassandraTier::connect(L3Config::new(vec!["127.0.0.1:9042".into()], 0))?;
+//! let store = StateStore::builder("/tmp/strata-l2")
+//!     .l2_capacity(8 << 20)      // beyond 8 MiB, cold keys move to Cassandra
+//!     .cold_tier(Arc::new(l3))
+//!     .state(StateDescriptor::list("history"))
+//!     .open()?;
+//! # Ok::<(), strata_cache::StateError>(())
+//! ```
+
+mod fence;
+mod layout;
+mod service;
+
+pub use layout::MigrationTable;
+pub use service::L3Stats;
+
+use crate::error::{Result, StateError};
+use crate::state::StateDescriptor;
+use crate::store::{ColdTier, ColdWrite};
+use layout::{Layout, StatementConfig};
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+pub use scylla::statement::Consistency;
+use service::{CqlRequest, L3Counters, L3Service, StackConfig};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything the L3 client needs; `state.l3.*` in a job's configuration.
+#[derive(Debug, Clone)]
+pub struct L3Config {
+    /// `host:port` of one or more nodes.
+    pub contact_points: Vec<String>,
+    /// Keyspace of strata's table (created if absent).
+    pub keyspace: String,
+    /// strata's table (created if absent).
+    pub table: String,
+    /// The keyspace's replication, a CQL map literal.
+    pub replication: String,
+    /// Consistency of every read and write.
+    pub consistency: Consistency,
+    /// How long connecting may take before it is an error.
+    pub connect_timeout: Duration,
+    /// Timeout of one attempt of one request.
+    pub request_timeout: Duration,
+    /// How long a failing request is retried before it is an error.
+    pub retry_for: Duration,
+    /// Requests in flight at most (per process).
+    pub concurrency: usize,
+    /// The job's identity in L3 (the fence row; see the module docs): a job
+    /// fixes it at its first start and keeps it in its checkpoints.
+    pub lineage: i64,
+    /// Migration mode: a list state that lives in an existing table.
+    pub migration: Option<MigrationTable>,
+}
+
+impl L3Config {
+    /// Defaults (keyspace `strata`, table `state`, SimpleStrategy with one
+    /// replica, LOCAL_QUORUM, 10 s to connect, 5 s per attempt, retries for
+    /// 120 s, 64 requests in flight) for the given nodes and job lineage.
+    pub fn new(contact_points: Vec<String>, lineage: i64) -> Self {
+        Self {
+            contact_points,
+            keyspace: "strata".into(),
+            table: "state".into(),
+            replication: "{'class': 'SimpleStrategy', 'replication_factor': 1}".into(),
+            consistency: Consistency::LocalQuorum,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(5),
+            retry_for: Duration::from_secs(120),
+            concurrency: 64,
+            lineage,
+            migration: None,
+        }
+    }
+}
+
+/// The Cassandra/ScyllaDB cold tier. Cheap to share (`Arc`); one per process.
+pub struct CassandraTier {
+    runtime: Option<tokio::runtime::Runtime>,
+    service: L3Service,
+    layout: Arc<Layout>,
+    counters: Arc<L3Counters>,
+    session: Arc<Session>,
+    versions: std::sync::Mutex<std::collections::BTreeMap<u64, i64>>,
+    table: String,
+    fence: fence::Fence,
+}
+
+impl CassandraTier {
+    /// Connects, creates the keyspace and table if absent, and prepares
+    /// the statements.
+    ///
+    /// Errors: [`StateError::L3`] naming the contact points when no node
+    /// answers within `connect_timeout`, or when the schema cannot be
+    /// created or the migrated table does not have the configured columns.
+    pub fn connect(config: L3Config) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("strata-l3")
+            .enable_all()
+            .build()
+            .map_err(|e| StateError::L3(format!("cannot start the L3 runtime: {e}")))?;
+        let (session, layout, fence) = runtime.block_on(setup(&config))?;
+        let session = Arc::new(session);
+        let counters = Arc::new(L3Counters::default());
+        let stack = StackConfig {
+            concurrency: config.concurrency.max(1),
+            timeout: config.request_timeout,
+            retry_for: config.retry_for,
+        };
+        let service =
+            runtime.block_on(async { service::stack(session.clone(), stack, counters.clone()) });
+        Ok(Self {
+            runtime: Some(runtime),
+            service,
+            layout: Arc::new(layout),
+            counters,
+            session,
+            versions: Default::default(),
+            table: format!("{}.{}", config.keyspace, config.table),
+            fence,
+        })
+    }
+
+    /// Request figures since connecting.
+    pub fn stats(&self) -> L3Stats {
+        self.counters.snapshot()
+    }
+
+    /// The open driver session (for tools and tests that query L3 directly).
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// Fixes the version (CQL write timestamp, µs) of the writes for
+    /// checkpoint `checkpoint_id`; the runtime records it in the
+    /// checkpoint's metadata and pins it again after a restore, so a
+    /// repeated write is identical.
+    pub fn pin_version(&self, checkpoint_id: u64, version: i64) {
+        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions.insert(checkpoint_id, version);
+        while versions.len() > 64 {
+            versions.pop_first();
+        }
+    }
+
+    /// The version of the writes for checkpoint `checkpoint_id` (deletions
+    /// use it, insertions it plus one): the pinned one, else — pinned now —
+    /// the wall clock in µs, or two above the newest pinned version if that
+    /// is later. Versions therefore grow with checkpoints and beat the
+    /// ordinary client timestamps of rows written before.
+    pub fn version_of(&self, checkpoint_id: u64) -> i64 {
+        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = versions.get(&checkpoint_id) {
+            return *v;
+        }
+        let newest = versions.values().max().copied().unwrap_or(i64::MIN);
+        let v = next_version(newest);
+        versions.insert(checkpoint_id, v);
+        v
+    }
+
+    /// Whether strata's table holds any row (a fresh start must not find
+    /// an earlier run's state there).
+    pub fn holds_state(&self) -> Result<bool> {
+        let (session, cql) = (
+            self.session.clone(),
+            format!("SELECT state FROM {} LIMIT 1", self.table),
+        );
+        self.block(async move {
+            let result = session
+                .query_unpaged(cql.as_str(), ())
+                .await
+                .map_err(|e| StateError::L3(format!("`{cql}` failed: {e}")))?;
+            let rows = result
+                .into_rows_result()
+                .map_err(|e| StateError::L3(e.to_string()))?;
+            Ok(rows.rows_num() > 0)
+        })
+    }
+
+    /// strata's table, `keyspace.table`.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Runs `fut` on the tier's runtime and waits for it on this thread.
+    fn block<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| StateError::L3("closed".into()))?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv()
+            .map_err(|_| StateError::L3("the L3 runtime stopped".into()))?
+    }
+
+    /// Claims the job's lineage in L3 for run `run`, restored from
+    /// checkpoint `restored` (0: a fresh start); see `fence`. Without a
+    /// claim, the first write claims with its checkpoint.
+    ///
+    /// Errors: [`StateError::L3`] starting "fenced" when a newer run of the
+    /// job already moved a later checkpoint to L3 (this run is a zombie).
+    pub fn claim(&self, run: i64, restored: u64) -> Result<()> {
+        self.fence.claim(|req| self.read(req), run, restored)
+    }
+
+    fn read(&self, req: CqlRequest) -> Result<Vec<scylla::value::Row>> {
+        let service = self.service.clone();
+        self.block(async move { service::call(&service, req).await.map_err(l3_error) })
+    }
+}
+
+/// The version of a checkpoint completing now, after one of version `prev`:
+/// the wall clock in µs, or `prev + 2` if that is later.
+pub fn next_version(prev: i64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    now.max(prev.saturating_add(2))
+}
+
+fn l3_error(e: tower::BoxError) -> StateError {
+    StateError::L3(e.to_string())
+}
+
+impl Drop for CassandraTier {
+    fn drop(&mut self) {
+        // Dropping a runtime inside another one's worker would panic.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+async fn setup(config: &L3Config) -> Result<(Session, Layout, fence::Fence)> {
+    let nodes = config.contact_points.join(", ");
+    let builder = SessionBuilder::new()
+        .known_nodes(&config.contact_points)
+        .connection_timeout(config.connect_timeout);
+    let session = tokio::time::timeout(config.connect_timeout, builder.build())
+        .await
+        .map_err(|_| {
+            StateError::L3(format!(
+                "no Cassandra/ScyllaDB node at {nodes} answered within {:?} \
+                 (is it running? scripts/cassandra.sh start)",
+                config.connect_timeout
+            ))
+        })?
+        .map_err(|e| {
+            StateError::L3(format!(
+                "cannot connect to Cassandra/ScyllaDB at {nodes}: {e}"
+            ))
+        })?;
+    let ks = &config.keyspace;
+    let table = format!("{ks}.{}", config.table);
+    for cql in [
+        format!(
+            "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {}",
+            config.replication
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} (state text, key blob, ck blob, ts bigint, \
+             value blob, PRIMARY KEY ((state, key), ck))"
+        ),
+        fence::ddl(&table),
+    ] {
+        session
+            .query_unpaged(cql.as_str(), ())
+            .await
+            .map_err(|e| StateError::L3(format!("`{cql}` failed: {e}")))?;
+    }
+    session
+        .await_schema_agreement()
+        .await
+        .map_err(|e| StateError::L3(format!("schema agreement: {e}")))?;
+    let migration = config.migration.as_ref().map(|m| MigrationTable {
+        table: if m.table.contains('.') {
+            m.table.clone()
+        } else {
+            format!("{ks}.{}", m.table)
+        },
+        ..m.clone()
+    });
+    let statements = StatementConfig {
+        consistency: config.consistency,
+        timeout: config.request_timeout,
+    };
+    let layout = Layout::prepare(&session, &table, migration.as_ref(), statements).await?;
+    let fence = fence::Fence::prepare(&session, &table, config.lineage).await?;
+    Ok((session, layout, fence))
+}
+
+impl ColdTier for CassandraTier {
+    fn get(&self, state: &StateDescriptor, stored_key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let rows = self.read(self.layout.read(state, stored_key)?)?;
+        self.layout.decode(state, rows)
+    }
+
+    fn get_many(&self, keys: &[(&StateDescriptor, &[u8])]) -> Result<Vec<Option<Vec<u8>>>> {
+        let requests = keys
+            .iter()
+            .map(|(state, key)| self.layout.read(state, key))
+            .collect::<Result<Vec<_>>>()?;
+        let service = self.service.clone();
+        let answers = self.block(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (i, req) in requests.into_iter().enumerate() {
+                let service = service.clone();
+                tasks.spawn(async move { (i, service::call(&service, req).await) });
+            }
+            let mut answers = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                let (i, rows) = done.map_err(|e| StateError::L3(format!("L3 read task: {e}")))?;
+                answers.push((i, rows.map_err(l3_error)?));
+            }
+            answers.sort_by_key(|(i, _)| *i);
+            Ok(answers)
+        })?;
+        answers
+            .into_iter()
+            .zip(keys)
+            .map(|((_, rows), (state, _))| self.layout.decode(state, rows))
+            .collect()
+    }
+
+    fn scan(&self, state: &StateDescriptor, stored_key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let rows = self.read(self.layout.scan(state, stored_key))?;
+        self.layout.decode_scan(state, rows)
+    }
+
+    fn write(&self, writes: &[ColdWrite<'_>], checkpoint_id: u64) -> Result<()> {
+        self.fence.advance(|req| self.read(req), checkpoint_id)?;
+        let version = self.version_of(checkpoint_id);
+        let mut requests = Vec::new();
+        for w in writes {
+            requests.extend(self.layout.writes(w, version)?);
+        }
+        let service = self.service.clone();
+        self.block(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for req in requests {
+                let service = service.clone();
+                tasks.spawn(async move { service::call(&service, req).await });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.map_err(|e| StateError::L3(format!("L3 write task: {e}")))?
+                    .map_err(l3_error)?;
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! A model of the store's three state kinds (plain maps and vectors) and
+//! random operations on them, shared by the model-based tests.
+
+use proptest::prelude::*;
+use std::collections::HashMap;
+use strata_cache::{ListState, MapState, StateStore, ValueState};
+
+/// One random operation; `Flush` and `Checkpoint` are the caller's to run.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Update(u8, u64),
+    ClearValue(u8),
+    Add(u8, u32),
+    ClearList(u8),
+    Put(u8, u8, u32),
+    Remove(u8, u8),
+    Flush,
+}
+
+/// Keys 0..12; flushes now and then.
+pub fn op() -> impl Strategy<Value = Op> {
+    let key = 0u8..12;
+    prop_oneof![
+        4 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Update(k, v)),
+        1 => key.clone().prop_map(Op::ClearValue),
+        4 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Add(k, v)),
+        1 => key.clone().prop_map(Op::ClearList),
+        3 => (key.clone(), 0u8..4, any::<u32>()).prop_map(|(k, u, v)| Op::Put(k, u, v)),
+        1 => (key, 0u8..4).prop_map(|(k, u)| Op::Remove(k, u)),
+        1 => Just(Op::Flush),
+    ]
+}
+
+/// What the store should hold.
+#[derive(Default, Clone)]
+pub struct Model {
+    values: HashMap<u8, u64>,
+    lists: HashMap<u8, Vec<u32>>,
+    maps: HashMap<u8, HashMap<u8, u32>>,
+}
+
+/// The store's `count`, `events` and `attrs` states.
+pub struct Handles {
+    count: ValueState<u64>,
+    events: ListState<u32>,
+    attrs: MapState<u8, u32>,
+}
+
+impl Handles {
+    pub fn of(s: &StateStore) -> Self {
+        Self {
+            count: s.value_state("count").unwrap(),
+            events: s.list_state("events").unwrap(),
+            attrs: s.map_state("attrs").unwrap(),
+        }
+    }
+
+    /// Applies a state operation to the store and the model.
+    pub fn apply(&self, op: &Op, m: &mut Model) {
+        match *op {
+            Op::Update(k, v) => {
+                self.count.update(&[k], v).unwrap();
+                m.values.insert(k, v);
+            }
+            Op::ClearValue(k) => {
+                self.count.clear(&[k]).unwrap();
+                m.values.remove(&k);
+            }
+            Op::Add(k, v) => {
+                self.events.add(&[k], v).unwrap();
+                m.lists.entry(k).or_default().push(v);
+            }
+            Op::ClearList(k) => {
+                self.events.clear(&[k]).unwrap();
+                m.lists.remove(&k);
+            }
+            Op::Put(k, u, v) => {
+                self.attrs.put(&[k], &u, v).unwrap();
+                m.maps.entry(k).or_default().insert(u, v);
+            }
+            Op::Remove(k, u) => {
+                self.attrs.remove(&[k], &u).unwrap();
+                m.maps.entry(k).or_default().remove(&u);
+            }
+            Op::Flush => {}
+        }
+    }
+
+    /// Every key of every state reads as the model says.
+    pub fn check(&self, m: &Model) -> Result<(), TestCaseError> {
+        for k in 0u8..12 {
+            prop_assert_eq!(
+                self.count.get(&[k]).unwrap(),
+                m.values.get(&k).copied(),
+                "value of key {}",
+                k
+            );
+            let got: Vec<u32> = self.events.get(&[k]).unwrap().iter().copied().collect();
+            let want = m.lists.get(&k).cloned().unwrap_or_default();
+            prop_assert_eq!(got, want, "list of key {}", k);
+            let mut entries = self.attrs.entries(&[k]).unwrap();
+            entries.sort();
+            let mut want: Vec<(u8, u32)> = m
+                .maps
+                .get(&k)
+                .map(|e| e.iter().map(|(a, b)| (*a, *b)).collect())
+                .unwrap_or_default();
+            want.sort();
+            prop_assert_eq!(entries, want, "map of key {}", k);
+        }
+        Ok(())
+    }
+}
