@@ -28,8 +28,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 use strata_cache::key_group::KeyGroupRange;
+use strata_cache::l3::CassandraTier;
 use strata_cache::snapshot::SnapshotManifest;
 use strata_connectors::{Position, SinkState};
 use tokio::sync::{mpsc, watch};
@@ -118,6 +120,16 @@ pub struct CheckpointMetadata {
     pub new_bytes: u64,
     /// Whether this is the final checkpoint of a finished input.
     pub is_final: bool,
+    /// The job's identity in L3 (fixed at its first start; L3's fence row
+    /// is kept per lineage). `None` for a job without L3.
+    #[serde(default)]
+    pub l3_lineage: Option<i64>,
+    /// The version (CQL write timestamp, µs) of the L3 writes of the keys
+    /// this checkpoint picked for eviction: the wall clock at completion,
+    /// or two above the previous checkpoint's if that is later, so versions
+    /// grow across checkpoints and restores.
+    #[serde(default)]
+    pub l3_version: Option<i64>,
 }
 
 /// Creates `dir` if needed and takes an exclusive lock on its `_lock` file
@@ -385,6 +397,10 @@ pub(crate) struct Coordinator {
     pub(crate) trigger: mpsc::Sender<Trigger>,
     pub(crate) acks: mpsc::Receiver<Ack>,
     pub(crate) completed: watch::Sender<u64>,
+    /// L3 and the job's lineage there, if the job has L3.
+    pub(crate) cold: Option<(Arc<CassandraTier>, i64)>,
+    /// The version of the last completed checkpoint.
+    pub(crate) l3_version: i64,
 }
 
 impl Coordinator {
@@ -407,7 +423,8 @@ impl Coordinator {
                         Ack::Snapshot(id, snap) => {
                             let Some(flight) = in_flight.as_mut().filter(|f| f.id == id) else { continue };
                             record(flight, snap);
-                            if let Some(meta) = self.complete(flight) {
+                            if let Some(mut meta) = self.complete(flight) {
+                                self.version(&mut meta);
                                 self.storage.commit(&meta)?;
                                 self.storage.retain(self.retained)?;
                                 let _ = self.completed.send(meta.id);
@@ -426,6 +443,16 @@ impl Coordinator {
             if finish_requested && in_flight.is_none() {
                 in_flight = Some(self.start(true).await?);
             }
+        }
+    }
+
+    /// Gives a completing checkpoint its L3 version and pins it in L3.
+    fn version(&mut self, meta: &mut CheckpointMetadata) {
+        if let Some((cold, lineage)) = &self.cold {
+            self.l3_version = strata_cache::l3::next_version(self.l3_version);
+            cold.pin_version(meta.id, self.l3_version);
+            meta.l3_lineage = Some(*lineage);
+            meta.l3_version = Some(self.l3_version);
         }
     }
 
@@ -464,6 +491,8 @@ impl Coordinator {
             sinks,
             duration_ms: f.started.elapsed().as_millis() as u64,
             is_final: f.is_final,
+            l3_lineage: None,
+            l3_version: None,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The `strata` command line.
 //!
 //! ```text
-//! strata run route-history --input <file> --output <dir> [--checkpoint-dir <dir>]
+//! strata run route-history|user-history --input <file> --output <dir> [--checkpoint-dir <dir>]
 //!        [--restore latest] [--config <file.toml>] [-D key=value ...] [--metrics-addr <host:port>]
 //! strata checkpoints list <checkpoint-dir>
 //! strata state get <checkpoint-dir> <state-name> <key>
@@ -9,7 +9,9 @@
 
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
+use crate::function::KeyedProcessFunction;
 use crate::jobs::route_history::{self, RouteHistory};
+use crate::jobs::user_history::{self, UserHistory};
 use crate::pipeline::{JobReport, Pipeline};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -42,6 +44,9 @@ enum Command {
 enum Job {
     /// Per flight: count and mean delay of its route's flights in the last 60 days.
     RouteHistory,
+    /// Per user event: the user's events and payload bytes in the last 60
+    /// days (input columns user_id, event_time, payload).
+    UserHistory,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -137,11 +142,31 @@ pub fn main(cli: Cli) -> Result<()> {
 
 fn run(args: RunArgs) -> Result<JobReport> {
     let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
-    let Job::RouteHistory = args.job;
-    let mut pipeline = Pipeline::new("route-history", config, RouteHistory::default)
-        .file_source(&args.input, route_history::schema(), route_history::parse)
-        .key_by(route_history::key)
-        .timestamps(|f| f.date)
+    match args.job {
+        Job::RouteHistory => {
+            let pipeline = Pipeline::new("route-history", config, RouteHistory::default)
+                .file_source(&args.input, route_history::schema(), route_history::parse)
+                .key_by(route_history::key)
+                .timestamps(|f| f.date);
+            finish(pipeline, args)
+        }
+        Job::UserHistory => {
+            let pipeline = Pipeline::new("user-history", config, UserHistory::default)
+                .file_source(&args.input, user_history::schema(), user_history::parse)
+                .key_by(user_history::key)
+                .timestamps(|e| e.event_time);
+            finish(pipeline, args)
+        }
+    }
+}
+
+/// Adds the sink, checkpoint and metrics settings of `args` and runs.
+fn finish<F>(pipeline: Pipeline<F>, args: RunArgs) -> Result<JobReport>
+where
+    F: KeyedProcessFunction,
+    F::Out: serde::Serialize,
+{
+    let mut pipeline = pipeline
         .jsonl_sink(&args.output)
         .restore_latest(args.restore.is_some())
         .metrics_addr(args.metrics_addr);
@@ -160,10 +185,12 @@ pub fn summary(r: &JobReport) -> String {
     } else {
         r.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / r.checkpoints.len() as u64
     };
+    let l3 = r.l3.unwrap_or_default();
     format!(
         "strata: done. records_in={} records_out={} dead_letters={} elapsed_s={:.2} records_per_s={:.0} \
          restored_from={} restore_ms={} checkpoints={} checkpoint_mean_ms={} checkpoint_last_state_bytes={} \
-         l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={} l2_wait_ms={}",
+         l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={} l2_wait_ms={} \
+         l3_hits={} l3_misses={} l3_evictions={} l3_evicted_bytes={} l3_reads={} l3_writes={} l3_retries={} l3_errors={}",
         r.records_in,
         r.records_out,
         r.dead_letters,
@@ -182,5 +209,13 @@ pub fn summary(r: &JobReport) -> String {
         r.tiers.l2_hit_ratio(),
         r.tiers.l1_spills,
         r.tiers.lower_wait_ms,
+        r.tiers.l3_hits,
+        r.tiers.l3_misses,
+        r.tiers.l3_evictions,
+        r.tiers.l3_evicted_bytes,
+        l3.reads,
+        l3.writes,
+        l3.retries,
+        l3.errors,
     )
 }

@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use strata_cache::key_group::KeyGroupRange;
+use strata_cache::l3::{CassandraTier, L3Stats};
 use strata_cache::snapshot::{self, IncrementalUploader};
 use strata_cache::{L2Budget, StateDescriptor, StateStore, TierStats};
 use strata_connectors::{
@@ -69,6 +70,8 @@ pub struct JobReport {
     pub checkpoints: Vec<CheckpointStats>,
     /// Tier figures summed over operator instances.
     pub tiers: TierStats,
+    /// L3 request figures (`None` without L3).
+    pub l3: Option<L3Stats>,
 }
 
 struct SourceSpec<I> {
@@ -228,6 +231,11 @@ where
         }
 
         let restore_started = Instant::now();
+        let lineage = restored
+            .as_ref()
+            .and_then(|m| m.l3_lineage)
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
+        let cold = self.connect_l3(lineage, restored.as_ref()).await?;
         let (par, sink_par) = restored.as_ref().map_or(
             (self.config.parallelism, self.config.sink_parallelism()),
             |m| (m.parallelism, m.sinks.len() as u32),
@@ -256,6 +264,7 @@ where
             completed: done_rx,
             tasks: tokio::task::JoinSet::new(),
             clocks: Vec::new(),
+            cold: cold.clone(),
         };
         let to_sinks = w.spawn_sinks::<F::Out>(par, sink_par)?;
         let mut to_ops = Vec::new();
@@ -287,6 +296,12 @@ where
                 trigger: trigger_tx,
                 acks: ack_rx,
                 completed: done_tx,
+                cold: cold.clone().map(|c| (c, lineage)),
+                l3_version: w
+                    .restored
+                    .as_ref()
+                    .and_then(|m| m.l3_version)
+                    .unwrap_or(i64::MIN),
             }
             .run(),
         );
@@ -325,7 +340,48 @@ where
             },
             checkpoints,
             tiers,
+            l3: cold.map(|c| c.stats()),
         })
+    }
+
+    /// Connects to L3 when the configuration turns it on, and pins the
+    /// version of the restored checkpoint (whose picked keys a restored
+    /// store moves again). A fresh start (nothing restored) refuses a
+    /// strata table that already holds state: that state belongs to an
+    /// earlier run and would be read as current.
+    async fn connect_l3(
+        &self,
+        lineage: i64,
+        restored: Option<&CheckpointMetadata>,
+    ) -> Result<Option<Arc<CassandraTier>>> {
+        if !self.config.l3.enabled() {
+            return Ok(None);
+        }
+        let fresh = restored.is_none();
+        let config = self.config.l3.client_config(lineage);
+        let restored_id = restored.map_or(0, |m| m.id);
+        let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+            ^ i64::from(std::process::id());
+        let tier = tokio::task::spawn_blocking(move || {
+            let tier = CassandraTier::connect(config)?;
+            tier.claim(run, restored_id)?;
+            Ok::<_, strata_cache::StateError>(tier)
+        })
+        .await
+        .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))??;
+        if fresh && tier.holds_state()? {
+            return Err(RuntimeError::Usage(format!(
+                "the L3 table {} holds state of an earlier run, but this run starts from the beginning: \
+                 pass --restore latest to continue that run, or set another state.l3.keyspace, \
+                 or empty it (TRUNCATE {})",
+                tier.table(),
+                tier.table()
+            )));
+        }
+        if let Some((id, version)) = restored.and_then(|m| Some((m.id, m.l3_version?))) {
+            tier.pin_version(id, version);
+        }
+        Ok(Some(Arc::new(tier)))
     }
 
     fn restore_point(&self, storage: &CheckpointStorage) -> Result<Option<CheckpointMetadata>> {
@@ -392,6 +448,7 @@ struct Wiring {
     completed: watch::Receiver<u64>,
     tasks: tokio::task::JoinSet<Result<()>>,
     clocks: Vec<TaskClock>,
+    cold: Option<Arc<CassandraTier>>,
 }
 
 impl Wiring {
@@ -449,10 +506,8 @@ impl Wiring {
         let store = open_store(
             &self.work.join(format!("op-{i}")),
             &function.states(),
-            &self.config,
+            self,
             parallelism,
-            &self.budget,
-            self.storage.root(),
             manifest,
         )?;
         let mut uploader =
@@ -475,6 +530,7 @@ impl Wiring {
             local_checkpoints: self.work.join(format!("op-{i}-checkpoints")),
             acks: self.acks.clone(),
             progress: self.progress.clone(),
+            completed: self.completed.clone(),
         };
         self.tasks.spawn(keyed.run());
         Ok(store)
@@ -521,22 +577,27 @@ impl Wiring {
 fn open_store(
     dir: &Path,
     states: &[StateDescriptor],
-    c: &JobConfig,
+    w: &Wiring,
     parallelism: u32,
-    budget: &L2Budget,
-    storage_root: &Path,
     manifest: Option<&snapshot::SnapshotManifest>,
 ) -> Result<StateStore> {
+    let c = &w.config;
     match manifest {
-        Some(m) => snapshot::restore(storage_root, m, dir)?,
+        Some(m) => snapshot::restore(w.storage.root(), m, dir)?,
         None if dir.exists() => std::fs::remove_dir_all(dir).map_err(RuntimeError::io(dir))?,
         None => {}
     }
     let mut builder = StateStore::builder(dir)
         .l1_capacity((c.l1_capacity / u64::from(parallelism)).max(1))
-        .l2_budget(budget.clone())
+        .l2_budget(w.budget.clone())
         .max_parallelism(c.max_parallelism)
         .state(StateDescriptor::value(TIMERS_STATE));
+    if let Some(cold) = &w.cold {
+        builder = builder.cold_tier(cold.clone());
+        if let Some(capacity) = c.l2_capacity {
+            builder = builder.l2_capacity(capacity);
+        }
+    }
     for s in states {
         builder = builder.state(s.clone());
     }

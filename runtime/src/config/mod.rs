@@ -19,9 +19,15 @@
 //! | `watermark.out-of-orderness` | `0s` | 0–365d | how far behind the newest timestamp a record may be |
 //! | `watermark.interval` | `200ms` | 1ms–1h | how often the source emits a watermark and sends partial batches |
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
+//! | `state.l2.capacity` | absent = unbounded | 1MB–1PB | L2 bytes on disk per instance beyond which cold keys move to L3 (needs L3) |
+//! | `state.l3.*` | L3 off | see [`l3`] | the Cassandra/ScyllaDB cold tier |
 //!
 //! Sizes take units (`KB`, `MB`, `GB`, `KiB`, `MiB`, `GiB`); durations take
 //! humantime units (`500ms`, `2s`, `60days`).
+
+mod l3;
+
+pub use l3::L3Settings;
 
 use crate::error::{Result, RuntimeError};
 use std::path::PathBuf;
@@ -70,6 +76,10 @@ pub struct JobConfig {
     pub watermark_interval: Duration,
     /// Bad record handling.
     pub bad_input: BadInputPolicy,
+    /// L2 bytes on disk per instance beyond which cold keys move to L3.
+    pub l2_capacity: Option<u64>,
+    /// The cold tier (off unless contact points are set).
+    pub l3: L3Settings,
 }
 
 impl Default for JobConfig {
@@ -90,6 +100,8 @@ impl Default for JobConfig {
             out_of_orderness_ms: 0,
             watermark_interval: Duration::from_millis(200),
             bad_input: BadInputPolicy::Fail,
+            l2_capacity: None,
+            l3: L3Settings::default(),
         }
     }
 }
@@ -225,6 +237,13 @@ impl JobConfig {
                 ),
             ));
         }
+        config.l3.validate()?;
+        if config.l2_capacity.is_some() && !config.l3.enabled() {
+            return Err(bad(
+                "state.l2.capacity",
+                "bounds L2 by moving cold keys to L3: set state.l3.contact-points too",
+            ));
+        }
         if config.max_parallelism < config.parallelism {
             return Err(bad(
                 "max-parallelism",
@@ -254,6 +273,10 @@ impl JobConfig {
             "checkpoint.retained" => self.checkpoints_retained = number(key, v, 1..=100)? as usize,
             "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
             "state.l2.memory" => self.l2_memory = size(key, v, 8_000_000..=1000 * GB)?,
+            "state.l2.capacity" => {
+                self.l2_capacity = Some(size(key, v, 1_000_000..=1_000_000 * GB)?)
+            }
+            k if k.starts_with("state.l3.") => self.l3.set(key, v)?,
             "state.local-dir" => {
                 let dir = text(key, v)?;
                 if dir.trim().is_empty() {
@@ -345,6 +368,58 @@ mod tests {
         std::fs::write(&path, "parallelism = 3\n[state.l1]\ncapacity = \"2MB\"\n").unwrap();
         let c = JobConfig::load(Some(&path), &["parallelism=1".into()]).unwrap();
         assert_eq!((c.parallelism, c.l1_capacity), (1, 2_000_000));
+    }
+
+    #[test]
+    fn l3_keys_configure_the_cold_tier() {
+        let c = load(&[
+            "state.l3.contact-points=127.0.0.1:9042, 10.0.0.2:9042",
+            "state.l2.capacity=8MB",
+            "state.l3.keyspace=jobs",
+            "state.l3.migration.state=history",
+            "state.l3.migration.table=legacy.user_events",
+        ])
+        .unwrap();
+        assert_eq!(c.l2_capacity, Some(8_000_000));
+        let client = c.l3.client_config(7);
+        assert_eq!(client.contact_points, ["127.0.0.1:9042", "10.0.0.2:9042"]);
+        assert_eq!(client.keyspace, "jobs");
+        let m = client.migration.unwrap();
+        assert_eq!(
+            (m.table.as_str(), m.key_column.as_str()),
+            ("legacy.user_events", "user_id")
+        );
+    }
+
+    #[test]
+    fn l3_keys_without_contact_points_or_with_bad_values_are_refused() {
+        for (args, named) in [
+            (&["state.l2.capacity=8MB"][..], "state.l2.capacity"),
+            (&["state.l3.keyspace=jobs"][..], "state.l3.contact-points"),
+            (
+                &["state.l3.contact-points=localhost"][..],
+                "state.l3.contact-points",
+            ),
+            (
+                &[
+                    "state.l3.contact-points=h:1",
+                    "state.l3.keyspace=drop table",
+                ][..],
+                "state.l3.keyspace",
+            ),
+            (
+                &["state.l3.contact-points=h:1", "state.l3.consistency=two"][..],
+                "state.l3.consistency",
+            ),
+            (
+                &["state.l3.contact-points=h:1", "state.l3.migration.state=h"][..],
+                "state.l3.migration",
+            ),
+        ] {
+            let args: Vec<&str> = args.to_vec();
+            let e = load(&args).unwrap_err().to_string();
+            assert!(e.contains(named), "{args:?}: {e}");
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! A keyed operator instance: runs the user's [`KeyedProcessFunction`] over
 //! its key groups with a tiered [`StateStore`], fires event-time timers as
-//! the watermark advances, and snapshots its state at barriers.
+//! the watermark advances, snapshots its state at barriers, and — when a
+//! checkpoint completes — lets the store move the cold keys it picked at
+//! that checkpoint's barrier to L3 (between batches, so a slow L3 slows this
+//! task and backpressure reaches the source).
 
 use super::Keyed;
 use crate::channel::{Event, InputGate, Message, Output};
@@ -14,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use strata_cache::key_group::KeyGroupRange;
 use strata_cache::snapshot::IncrementalUploader;
 use strata_cache::{StateStore, ValueState};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// The reserved state that holds an instance's timers in checkpoints.
@@ -34,6 +37,8 @@ pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
     pub(crate) local_checkpoints: PathBuf,
     pub(crate) acks: mpsc::Sender<Ack>,
     pub(crate) progress: Arc<Progress>,
+    /// The id of the newest completed checkpoint (the restored one at start).
+    pub(crate) completed: watch::Receiver<u64>,
 }
 
 /// Waits for background uploads, surfacing the first failure.
@@ -62,16 +67,58 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         Ok(store.value_state::<Timers>(TIMERS_STATE)?)
     }
 
+    /// Moves the keys picked at checkpoint `id` or earlier to L3.
+    fn checkpoint_completed(&self, id: u64) -> Result<()> {
+        self.store.checkpoint_completed(id)?;
+        Ok(())
+    }
+
+    /// The next input event; completion notices arriving meanwhile are
+    /// handled first (a lost notice is subsumed by the next one).
+    async fn next_event(&mut self, watching: &mut bool) -> Result<Event<Keyed<F::In>>> {
+        loop {
+            tokio::select! {
+                biased;
+                changed = self.completed.changed(), if *watching => match changed {
+                    Ok(()) => {
+                        let id = *self.completed.borrow_and_update();
+                        self.checkpoint_completed(id)?;
+                    }
+                    Err(_) => *watching = false,
+                },
+                event = self.gate.next() => return event,
+            }
+        }
+    }
+
+    /// After the input ended: waits for the final checkpoint `last` to
+    /// complete, then moves what it picked to L3.
+    async fn finish_eviction(&mut self, last: u64) -> Result<()> {
+        while *self.completed.borrow_and_update() < last {
+            if self.completed.changed().await.is_err() {
+                return Ok(());
+            }
+        }
+        let id = *self.completed.borrow();
+        self.checkpoint_completed(id)
+    }
+
     pub(crate) async fn run(mut self) -> Result<()> {
         self.function.open(&self.store).map_err(failed)?;
+        // A restored checkpoint may have picked keys it never moved.
+        let restored = *self.completed.borrow_and_update();
+        self.checkpoint_completed(restored)?;
         let mut buf = Vec::with_capacity(self.batch_size);
         let mut uploads: Vec<JoinHandle<Result<()>>> = Vec::new();
+        let (mut watching, mut last_barrier) = (true, restored);
         loop {
-            match self.gate.next().await? {
+            match self.next_event(&mut watching).await? {
                 Event::Records(batch) => {
                     self.progress
                         .records_processed
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    self.store
+                        .prefetch(batch.iter().map(|r| r.key.as_slice()))?;
                     for r in batch {
                         self.process(r, &mut buf)?;
                         if buf.len() >= self.batch_size {
@@ -95,12 +142,14 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
                     uploads = running;
                     join_uploads(done).await?;
                     uploads.push(self.checkpoint(id).await?);
+                    last_barrier = id;
                 }
                 Event::End => break,
             }
         }
         self.out.broadcast(|| Message::End).await?;
-        join_uploads(uploads).await
+        join_uploads(uploads).await?;
+        self.finish_eviction(last_barrier).await
     }
 
     fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<F::Out>) -> Result<()> {
@@ -154,7 +203,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         }
         std::fs::create_dir_all(&self.local_checkpoints)
             .map_err(RuntimeError::io(&self.local_checkpoints))?;
-        self.store.checkpoint(&local)?;
+        self.store.checkpoint(&local, id)?;
         self.out.broadcast(|| Message::Barrier(id)).await?;
         let (uploader, acks, index, key_groups) = (
             self.uploader.clone(),
