@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
-# The test command: builds strata once (release) and runs every test of the
-# workspace — unit, property-based and end-to-end on the real flights data —
-# then prints one closing line "tests: N passed, N failed".
+# The test command: builds strata once (release), starts the single-node
+# Cassandra the L3 tests need (scripts/cassandra.sh; stopped again at the end
+# if this script started it), runs every test of the workspace — unit,
+# property-based and end-to-end on the real flights data and the real
+# Cassandra — then prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$STRATA_ROOT/scripts/setup.sh"
 cd "$STRATA_ROOT"
-cargo build --release --workspace --bins
+started_cassandra=false
+if ! scripts/cassandra.sh status >/dev/null 2>&1; then
+  started_cassandra=true
+  scripts/cassandra.sh start > "${TMPDIR:-/tmp}/strata-cassandra-start.log" 2>&1 &
+  cassandra_pid=$!
+fi
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+cleanup() {
+  rm -f "$log"
+  if $started_cassandra; then scripts/cassandra.sh stop || true; fi
+}
+trap cleanup EXIT
+cargo build --release --workspace --bins
+if $started_cassandra && ! wait "$cassandra_pid"; then
+  cat "${TMPDIR:-/tmp}/strata-cassandra-start.log" >&2
+  echo "tests: 0 passed, 1 failed (Cassandra did not start)" >&2
+  exit 1
+fi
 status=0
 cargo test --release --workspace "$@" 2>&1 | tee "$log" || status=$?
 passed=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')

@@ -2,6 +2,8 @@
 //! the flights data, running jobs, reading their output, and an independent
 //! batch computation of route-history to compare against.
 
+pub mod cassandra;
+
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use std::collections::HashMap;
@@ -49,6 +51,37 @@ pub fn flights_path() -> PathBuf {
         "{} is missing: run scripts/fetch-data.sh",
         path.display()
     );
+    path
+}
+
+/// The first `rows` flights of the flights file, written to `dir` as a
+/// Parquet file of the same schema (for runs that must be short).
+pub fn flights_head(rows: usize, dir: &Path) -> PathBuf {
+    let file = std::fs::File::open(flights_path()).expect("flights file");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .expect("parquet")
+        .build()
+        .expect("reader");
+    let path = dir.join(format!("flights-{rows}.parquet"));
+    let out = std::fs::File::create(&path).expect("create the head file");
+    let mut writer = None;
+    let mut left = rows;
+    for batch in reader {
+        let batch = batch.expect("batch");
+        let batch = batch.slice(0, left.min(batch.num_rows()));
+        left -= batch.num_rows();
+        writer
+            .get_or_insert_with(|| {
+                parquet::arrow::ArrowWriter::try_new(out.try_clone().unwrap(), batch.schema(), None)
+                    .expect("parquet writer")
+            })
+            .write(&batch)
+            .expect("write rows");
+        if left == 0 {
+            break;
+        }
+    }
+    writer.expect("rows").close().expect("close the head file");
     path
 }
 

@@ -1,0 +1,102 @@
+//! The real Cassandra the L3 tests run against (`scripts/cassandra.sh
+//! start`; `scripts/test.sh` starts it): where it is, a check that fails the
+//! test when it is not there (never a quiet skip), and a small CQL client
+//! to look at what strata wrote.
+
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::value::{CqlValue, Row};
+use std::time::Duration;
+
+/// `127.0.0.1:<STRATA_CASSANDRA_PORT or 9042>`.
+pub fn contact_point() -> String {
+    let port = std::env::var("STRATA_CASSANDRA_PORT").unwrap_or_else(|_| "9042".into());
+    format!("127.0.0.1:{port}")
+}
+
+/// A keyspace name no other test run uses.
+pub fn unique_keyspace(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("t_{tag}_{}_{}", std::process::id(), nanos % 1_000_000_000)
+}
+
+/// A blocking CQL client.
+pub struct Cql {
+    rt: tokio::runtime::Runtime,
+    session: Session,
+}
+
+impl Cql {
+    /// Connects to [`contact_point`]; panics with how to start Cassandra if
+    /// it does not answer (the L3 tests need it: they fail, never skip).
+    pub fn connect() -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let addr = contact_point();
+        let session = rt
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(20),
+                    SessionBuilder::new().known_node(&addr).build(),
+                )
+                .await
+            })
+            .map_err(|_| "timed out".to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| {
+                panic!("Cassandra does not answer at {addr} ({e}): start it with scripts/cassandra.sh start")
+            });
+        Self { rt, session }
+    }
+
+    /// Runs one CQL statement (no bind values) and returns its rows.
+    pub fn query(&self, cql: &str) -> Vec<Row> {
+        self.query_with(cql, Vec::new())
+    }
+
+    /// Runs one CQL statement with bind values and returns its rows.
+    pub fn query_with(&self, cql: &str, values: Vec<CqlValue>) -> Vec<Row> {
+        self.rt.block_on(async {
+            let result = self
+                .session
+                .query_unpaged(cql, values)
+                .await
+                .unwrap_or_else(|e| panic!("`{cql}` failed: {e}"));
+            match result.into_rows_result() {
+                Ok(rows) => rows
+                    .rows::<Row>()
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+                Err(_) => Vec::new(),
+            }
+        })
+    }
+
+    /// Every row of strata's table in `keyspace` with its write time,
+    /// sorted: a fingerprint of what L3 holds.
+    pub fn fingerprint(&self, keyspace: &str) -> Vec<String> {
+        let mut rows: Vec<String> = self
+            .query(&format!(
+                "SELECT state, key, ck, ts, value, writetime(value) FROM {keyspace}.state"
+            ))
+            .into_iter()
+            .map(|r| format!("{:?}", r.columns))
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    /// The distinct record keys strata's table holds for `state`.
+    pub fn keys_of(&self, keyspace: &str, state: &str) -> usize {
+        self.query(&format!("SELECT DISTINCT state, key FROM {keyspace}.state"))
+            .iter()
+            .filter(|r| matches!(r.columns.first(), Some(Some(CqlValue::Text(s))) if s == state))
+            .count()
+    }
+}

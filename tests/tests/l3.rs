@@ -1,0 +1,239 @@
+//! route-history with the Cassandra cold tier (L3), against the real
+//! Cassandra that `scripts/cassandra.sh` starts: exact output with a tiny
+//! L1 and L2, crashes at the moments cold eviction is most fragile, a
+//! zombie run fenced off, and a clear error when Cassandra is unreachable.
+//!
+//! The runs read the first 200,000 flights (three months, so the 60-day
+//! TTL matters): route-history reads every route's whole window on every
+//! flight, so with L1 and L2 far below the state nearly every record needs
+//! a Cassandra read, and the whole file would take many minutes here.
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
+use strata_tests::*;
+
+/// `-D` arguments that turn L3 on in `keyspace`, with 1 MB of L1 and
+/// `l2` of L2 per instance.
+fn l3_args(keyspace: &str, l2: &str) -> Vec<String> {
+    [
+        // A paced source, so that many checkpoints move keys to L3 and the
+        // run reads them back.
+        "checkpoint.interval=1s".to_string(),
+        "source.max-records-per-second=20000".into(),
+        "state.l1.capacity=1MB".into(),
+        format!("state.l2.capacity={l2}"),
+        format!("state.l3.contact-points={}", contact_point()),
+        format!("state.l3.keyspace={keyspace}"),
+    ]
+    .into_iter()
+    .flat_map(|d| ["-D".to_string(), d])
+    .collect()
+}
+
+const ROWS: usize = 200_000;
+
+/// The head of the flights file, once per test process.
+fn input() -> std::path::PathBuf {
+    static HEAD: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    HEAD.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = flights_head(ROWS, dir.path());
+        (dir, path)
+    })
+    .1
+    .clone()
+}
+
+fn run(out: &std::path::Path, chk: &std::path::Path, extra: &[String]) -> std::process::Output {
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    strata(&route_history_args(&input(), out, Some(chk), &extra))
+}
+
+fn routes(lines: &[Line]) -> usize {
+    lines
+        .iter()
+        .map(|l| (l.origin.as_str(), l.destination.as_str()))
+        .collect::<HashSet<_>>()
+        .len()
+}
+
+fn assert_equals_batch(out: &std::path::Path, what: &str) {
+    let got = read_output(out);
+    let want = reference_route_history(&input());
+    if let Some(diff) = first_difference(&got, &want) {
+        panic!("{what}: the output differs from the batch computation: {diff}");
+    }
+}
+
+#[test]
+fn tiny_l1_and_l2_give_the_batch_output_l3_holds_most_routes_and_a_zombie_is_fenced() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("exact");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let mut args = l3_args(&ks, "1MB");
+    args.extend(["-D".into(), "checkpoint.retained=100".into()]);
+    let o = run(&out, &chk, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = summary(&o.stderr);
+    eprintln!(
+        "{}",
+        String::from_utf8_lossy(&o.stderr).lines().last().unwrap()
+    );
+    assert_equals_batch(&out, "L1 1MB, L2 1MB, L3 on");
+    let total = routes(&read_output(&out));
+    let in_l3 = cql.keys_of(&ks, "history");
+    assert!(
+        2 * in_l3 > total,
+        "L3 should hold most of the {total} routes, holds {in_l3} (summary {s:?})"
+    );
+    assert!(
+        s["l3_hits"].parse::<u64>().unwrap() > 0,
+        "nothing was read back from L3"
+    );
+
+    // A zombie: the same job restored from an older checkpoint while a
+    // newer run has moved later checkpoints to L3. It must not write.
+    let before = cql.fingerprint(&ks);
+    let zombie = dir.path().join("zombie");
+    copy_dir(&chk, &zombie.join("chk"));
+    let ids = checkpoint_ids(&zombie.join("chk"));
+    for id in &ids[ids.len() / 2..] {
+        std::fs::remove_dir_all(zombie.join("chk").join(format!("chk-{id}"))).unwrap();
+    }
+    let mut zargs = args.clone();
+    zargs.extend(["--restore".into(), "latest".into()]);
+    let z = run(&zombie.join("out"), &zombie.join("chk"), &zargs);
+    let err = String::from_utf8_lossy(&z.stderr);
+    assert!(!z.status.success(), "the zombie ran to completion: {err}");
+    assert!(err.contains("fenced"), "the zombie failed otherwise: {err}");
+    assert_eq!(cql.fingerprint(&ks), before, "the zombie changed L3");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "_lock" {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn checkpoint_ids(chk: &std::path::Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(chk)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix("chk-")?.parse().ok()
+        })
+        .collect();
+    ids.sort();
+    assert!(
+        ids.len() >= 4,
+        "too few checkpoints to pick an older one: {ids:?}"
+    );
+    ids
+}
+
+#[test]
+fn crashes_around_cold_eviction_then_restore_give_the_batch_output() {
+    Cql::connect();
+    let ks = unique_keyspace("crash");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let args = l3_args(&ks, "1MB");
+    // Abort right after a checkpoint completed, before its cold keys reach
+    // L3; then after they reached L3 but before L2 forgot them; then a
+    // SIGKILL at an arbitrary moment; then run to the end.
+    for (i, crash_at) in ["before-l3-write:3", "before-l2-delete:2"]
+        .iter()
+        .enumerate()
+    {
+        let mut cmd = Command::new(strata_bin());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
+        if i > 0 {
+            cmd.args(["--restore", "latest"]);
+        }
+        let o = cmd.env("STRATA_CRASH_AT", crash_at).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("reached: aborting"),
+            "run {i} did not crash at {crash_at}: {err}"
+        );
+    }
+    let mut cmd = Command::new(strata_bin());
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
+    let mut child = cmd.args(["--restore", "latest"]).spawn().unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the kill"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut restore = args.clone();
+    restore.extend(["--restore".into(), "latest".into()]);
+    let o = run(&out, &chk, &restore);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ne!(summary(&o.stderr)["restored_from"], "none");
+    assert_equals_batch(&out, "after three crashes");
+}
+
+#[test]
+fn unreachable_cassandra_is_a_clear_error_within_the_connect_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let o = strata(&route_history_args(
+        &flights_path(),
+        &dir.path().join("out"),
+        None,
+        &[
+            "-D",
+            "state.l3.contact-points=127.0.0.1:9",
+            "-D",
+            "state.l3.connect-timeout=2s",
+        ],
+    ));
+    let elapsed = started.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("127.0.0.1:9"),
+        "the error names the node: {err}"
+    );
+    assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn a_fresh_start_refuses_an_l3_table_that_holds_an_earlier_runs_state() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("fresh");
+    cql.query(&format!(
+        "CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+    ));
+    cql.query(&format!(
+        "CREATE TABLE {ks}.state (state text, key blob, ck blob, ts bigint, value blob, PRIMARY KEY ((state, key), ck))"
+    ));
+    cql.query(&format!(
+        "INSERT INTO {ks}.state (state, key, ck, ts, value) VALUES ('history', 0x00, 0x00, 0, 0x00)"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let args = l3_args(&ks, "1MB");
+    let o = run(&dir.path().join("out"), &dir.path().join("chk"), &args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("holds state of an earlier run"), "{err}");
+}

@@ -1,0 +1,104 @@
+//! Cassandra stopped for 20 s in the middle of a route-history run with L3:
+//! the job stalls — its source stops reading, the metrics show the source
+//! backpressured and L3 requests retried — and when Cassandra is back it
+//! continues, losing and duplicating nothing. (Its own test binary: it
+//! stops the shared Cassandra, which no other test may see.)
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
+use strata_tests::*;
+
+fn cassandra(action: &str) {
+    let status = Command::new(repo_root().join("scripts/cassandra.sh"))
+        .arg(action)
+        .status()
+        .unwrap();
+    assert!(status.success(), "scripts/cassandra.sh {action} failed");
+}
+
+/// Starts Cassandra again however the test ends.
+struct Restart;
+impl Drop for Restart {
+    fn drop(&mut self) {
+        cassandra("start");
+    }
+}
+
+/// One metric's value from the Prometheus endpoint (summed over labels).
+fn metric(addr: &str, name: &str, label: Option<&str>) -> f64 {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter(|l| label.is_none_or(|lab| l.contains(lab)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn cassandra_down_for_20s_stalls_the_job_which_then_finishes_exactly() {
+    Cql::connect();
+    let ks = unique_keyspace("outage");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let addr = "127.0.0.1:19187";
+    let defines = [
+        "checkpoint.interval=2s".to_string(),
+        "state.l1.capacity=1MB".into(),
+        "state.l2.capacity=1MB".into(),
+        format!("state.l3.contact-points={}", contact_point()),
+        format!("state.l3.keyspace={ks}"),
+        "state.l3.request-timeout=1s".into(),
+        "state.l3.retry-for=5min".into(),
+    ];
+    let mut extra: Vec<&str> = defines.iter().flat_map(|d| ["-D", d.as_str()]).collect();
+    extra.extend(["--metrics-addr", addr]);
+    let mut child = Command::new(strata_bin())
+        .args(route_history_args(&flights_path(), &out, None, &extra))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(20));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before the outage"
+    );
+    let _restart = Restart;
+    cassandra("stop");
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_secs(6));
+    let read_at_6s = metric(addr, "strata_records_in_total", None);
+    let mut backpressured = 0f64;
+    while down.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_secs(1));
+        backpressured = backpressured.max(metric(
+            addr,
+            "strata_task_backpressured_ms_per_second",
+            Some("source"),
+        ));
+    }
+    let read_at_20s = metric(addr, "strata_records_in_total", None);
+    let retries = metric(addr, "strata_l3_retries_total", None);
+    cassandra("start");
+    assert!(
+        read_at_20s - read_at_6s < 1_000.0,
+        "the source kept reading while Cassandra was down: {read_at_6s} → {read_at_20s}"
+    );
+    assert!(
+        backpressured >= 500.0,
+        "the source was not shown backpressured: {backpressured} ms/s"
+    );
+    assert!(retries > 0.0, "no L3 retries were counted");
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let got = read_output(&out);
+    let want = reference_route_history(&flights_path());
+    if let Some(diff) = first_difference(&got, &want) {
+        panic!("after the outage the output differs: {diff}");
+    }
+}
