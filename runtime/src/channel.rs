@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 /// What flows on an edge.
 #[derive(Debug)]
@@ -38,27 +37,66 @@ pub enum Message<T> {
 /// (waiting to send). Busy time is the rest of the wall-clock time.
 #[derive(Debug, Default)]
 pub struct TaskTimes {
-    idle_ns: AtomicU64,
-    backpressured_ns: AtomicU64,
+    idle: WaitClock,
+    backpressured: WaitClock,
+}
+
+/// Time spent in one kind of wait: finished waits plus the one going on
+/// (so a task stalled for minutes shows it every second, not at the end).
+#[derive(Debug, Default)]
+struct WaitClock {
+    total_ns: AtomicU64,
+    /// When the current wait began, ns since [`epoch`] plus one; 0 = none.
+    since: AtomicU64,
+}
+
+fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+fn now_ns() -> u64 {
+    epoch().elapsed().as_nanos() as u64 + 1
+}
+
+impl WaitClock {
+    fn begin(&self) -> Wait<'_> {
+        let since = now_ns();
+        self.since.store(since, Ordering::Relaxed);
+        Wait { clock: self, since }
+    }
+
+    fn total(&self) -> u64 {
+        let since = self.since.load(Ordering::Relaxed);
+        let current = if since == 0 {
+            0
+        } else {
+            now_ns().saturating_sub(since)
+        };
+        self.total_ns.load(Ordering::Relaxed) + current
+    }
+}
+
+/// A wait in progress; dropping it (also when the waiting future is
+/// cancelled) adds its time to the total.
+struct Wait<'a> {
+    clock: &'a WaitClock,
+    since: u64,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        self.clock.since.store(0, Ordering::Relaxed);
+        self.clock
+            .total_ns
+            .fetch_add(now_ns().saturating_sub(self.since), Ordering::Relaxed);
+    }
 }
 
 impl TaskTimes {
-    pub(crate) fn add_idle(&self, since: Instant) {
-        self.idle_ns
-            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    pub(crate) fn add_backpressured(&self, since: Instant) {
-        self.backpressured_ns
-            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    /// (idle, backpressured) nanoseconds so far.
+    /// (idle, backpressured) nanoseconds so far, the current wait included.
     pub fn totals(&self) -> (u64, u64) {
-        (
-            self.idle_ns.load(Ordering::Relaxed),
-            self.backpressured_ns.load(Ordering::Relaxed),
-        )
+        (self.idle.total(), self.backpressured.total())
     }
 }
 
@@ -89,10 +127,8 @@ impl<T> Output<T> {
         match edge.try_send(msg) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(msg)) => {
-                let since = Instant::now();
-                let sent = edge.send(msg).await;
-                self.times.add_backpressured(since);
-                sent.map_err(|_| RuntimeError::Disconnected)
+                let _wait = self.times.backpressured.begin();
+                edge.send(msg).await.map_err(|_| RuntimeError::Disconnected)
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(RuntimeError::Disconnected),
         }
@@ -169,8 +205,9 @@ impl<T> InputGate<T> {
         if let Some(got) = self.try_read() {
             return got;
         }
-        let since = Instant::now();
-        let got = std::future::poll_fn(|cx| {
+        let times = self.times.clone();
+        let _wait = times.idle.begin();
+        std::future::poll_fn(|cx| {
             for i in 0..self.inputs.len() {
                 if !self.readable(i) {
                     continue;
@@ -181,9 +218,7 @@ impl<T> InputGate<T> {
             }
             Poll::Pending
         })
-        .await;
-        self.times.add_idle(since);
-        got
+        .await
     }
 
     fn merged_watermark(&self) -> i64 {

@@ -54,9 +54,23 @@ pub fn flights_path() -> PathBuf {
     path
 }
 
-/// The first `rows` flights of the flights file, written to `dir` as a
-/// Parquet file of the same schema (for runs that must be short).
-pub fn flights_head(rows: usize, dir: &Path) -> PathBuf {
+/// The first `rows` flights of the flights file as a Parquet file of the
+/// same schema, written once per test process (for runs that must be short).
+pub fn flights_head(rows: usize) -> PathBuf {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static MADE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    let dir = DIR
+        .get_or_init(|| tempfile::tempdir().expect("temp dir"))
+        .path();
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    if !made.contains(&rows) {
+        write_flights_head(rows, dir);
+        made.push(rows);
+    }
+    dir.join(format!("flights-{rows}.parquet"))
+}
+
+fn write_flights_head(rows: usize, dir: &Path) {
     let file = std::fs::File::open(flights_path()).expect("flights file");
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .expect("parquet")
@@ -82,7 +96,6 @@ pub fn flights_head(rows: usize, dir: &Path) -> PathBuf {
         }
     }
     writer.expect("rows").close().expect("close the head file");
-    path
 }
 
 /// Runs `strata` with `args` to completion.

@@ -32,19 +32,9 @@ fn l3_args(keyspace: &str, l2: &str) -> Vec<String> {
     .collect()
 }
 
-const ROWS: usize = 200_000;
-
-/// The head of the flights file, once per test process.
+/// The head of the flights file the runs read.
 fn input() -> std::path::PathBuf {
-    static HEAD: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
-        std::sync::OnceLock::new();
-    HEAD.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = flights_head(ROWS, dir.path());
-        (dir, path)
-    })
-    .1
-    .clone()
+    flights_head(200_000)
 }
 
 fn run(out: &std::path::Path, chk: &std::path::Path, extra: &[String]) -> std::process::Output {

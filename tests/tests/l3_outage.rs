@@ -2,7 +2,9 @@
 //! the job stalls — its source stops reading, the metrics show the source
 //! backpressured and L3 requests retried — and when Cassandra is back it
 //! continues, losing and duplicating nothing. (Its own test binary: it
-//! stops the shared Cassandra, which no other test may see.)
+//! stops the shared Cassandra, which no other test may see.) The run reads
+//! the first 200,000 flights at 4,000 records/s, so it is mid-run when
+//! Cassandra stops.
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -26,12 +28,38 @@ impl Drop for Restart {
     }
 }
 
+/// Kills the job however the test ends.
+struct Job(std::process::Child);
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scrape(addr: &str) -> std::io::Result<String> {
+    let mut conn = std::net::TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body)?;
+    Ok(body)
+}
+
 /// One metric's value from the Prometheus endpoint (summed over labels).
 fn metric(addr: &str, name: &str, label: Option<&str>) -> f64 {
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).unwrap();
+    let body = (0..5)
+        .find_map(|_| {
+            let got = scrape(addr).ok();
+            if got.is_none() {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            got
+        })
+        .unwrap_or_else(|| panic!("the metrics endpoint {addr} does not answer"));
     body.lines()
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))
         .filter(|l| label.is_none_or(|lab| l.contains(lab)))
@@ -54,18 +82,27 @@ fn cassandra_down_for_20s_stalls_the_job_which_then_finishes_exactly() {
         format!("state.l3.keyspace={ks}"),
         "state.l3.request-timeout=1s".into(),
         "state.l3.retry-for=5min".into(),
+        "source.max-records-per-second=4000".into(),
     ];
     let mut extra: Vec<&str> = defines.iter().flat_map(|d| ["-D", d.as_str()]).collect();
     extra.extend(["--metrics-addr", addr]);
-    let mut child = Command::new(strata_bin())
-        .args(route_history_args(&flights_path(), &out, None, &extra))
-        .stderr(Stdio::piped())
+    let log = dir.path().join("stderr.log");
+    let mut job = Job(Command::new(strata_bin())
+        .args(route_history_args(
+            &flights_head(200_000),
+            &out,
+            None,
+            &extra,
+        ))
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(20));
+        .unwrap());
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    std::thread::sleep(Duration::from_secs(10));
     assert!(
-        child.try_wait().unwrap().is_none(),
-        "the job ended before the outage"
+        job.0.try_wait().unwrap().is_none(),
+        "the job ended before the outage: {}",
+        log_text()
     );
     let _restart = Restart;
     cassandra("stop");
@@ -93,11 +130,14 @@ fn cassandra_down_for_20s_stalls_the_job_which_then_finishes_exactly() {
         "the source was not shown backpressured: {backpressured} ms/s"
     );
     assert!(retries > 0.0, "no L3 retries were counted");
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let status = job.0.wait().unwrap();
+    assert!(
+        status.success(),
+        "the job failed after the outage: {}",
+        log_text()
+    );
     let got = read_output(&out);
-    let want = reference_route_history(&flights_path());
+    let want = reference_route_history(&flights_head(200_000));
     if let Some(diff) = first_difference(&got, &want) {
         panic!("after the outage the output differs: {diff}");
     }

@@ -67,9 +67,11 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         Ok(store.value_state::<Timers>(TIMERS_STATE)?)
     }
 
-    /// Moves the keys picked at checkpoint `id` or earlier to L3.
+    /// Moves the keys picked at checkpoint `id` or earlier to L3. It waits
+    /// on L3 (retrying while L3 is down): `block_in_place` hands this
+    /// worker's other tasks (metrics, other operators) to another thread.
     fn checkpoint_completed(&self, id: u64) -> Result<()> {
-        self.store.checkpoint_completed(id)?;
+        tokio::task::block_in_place(|| self.store.checkpoint_completed(id))?;
         Ok(())
     }
 
@@ -117,8 +119,9 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
                     self.progress
                         .records_processed
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    self.store
-                        .prefetch(batch.iter().map(|r| r.key.as_slice()))?;
+                    tokio::task::block_in_place(|| {
+                        self.store.prefetch(batch.iter().map(|r| r.key.as_slice()))
+                    })?;
                     for r in batch {
                         self.process(r, &mut buf)?;
                         if buf.len() >= self.batch_size {
