@@ -1,0 +1,198 @@
+//! Migration mode against the real Cassandra: an "old job" that
+//! read-modify-writes `user_events` on every record processes the first half
+//! of an event stream; strata's `user-history`, pointed at that table,
+//! processes the second half. Its results continue exactly where the old job
+//! stopped, and what it moves to L3 lands in the old table's schema.
+
+use scylla::value::{CqlTimestamp, CqlValue};
+use std::collections::HashMap;
+use std::io::Write;
+use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
+use strata_tests::*;
+
+const WINDOW_MS: i64 = 60 * 24 * 3600 * 1000;
+const USERS: u64 = 300;
+const EVENTS: usize = 12_000;
+
+/// One event: (user, time ms, payload).
+type Event = (String, i64, String);
+
+/// Events 10 minutes apart (83 days in all, so the 60-day window slides),
+/// users and payload sizes from a fixed xorshift sequence.
+fn events() -> Vec<Event> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..EVENTS)
+        .map(|i| {
+            let user = format!("user-{}", next() % USERS);
+            let len = 200 + (next() % 200) as usize;
+            let payload: String = (0..len)
+                .map(|j| (b'a' + ((i + j) % 26) as u8) as char)
+                .collect();
+            (user, 1_000_000_000_000 + i as i64 * 600_000, payload)
+        })
+        .collect()
+}
+
+/// (user, time, events in window, payload bytes in window) for every event,
+/// computed in memory.
+fn reference(events: &[Event]) -> Vec<(String, i64, u64, u64)> {
+    let mut seen: HashMap<&str, Vec<(i64, usize)>> = HashMap::new();
+    events
+        .iter()
+        .map(|(u, t, p)| {
+            let history = seen.entry(u).or_default();
+            history.push((*t, p.len()));
+            let live = history.iter().filter(|(ts, _)| *ts > t - WINDOW_MS);
+            let (n, bytes) = live.fold((0, 0), |(n, b), (_, len)| (n + 1, b + *len as u64));
+            (u.clone(), *t, n, bytes)
+        })
+        .collect()
+}
+
+/// The old job: per event, read the user's rows, compute, write a row.
+fn old_job(cql: &Cql, table: &str, events: &[Event]) -> Vec<(String, i64, u64, u64)> {
+    let select = format!("SELECT event_time, payload FROM {table} WHERE user_id = ?");
+    let insert = format!("INSERT INTO {table} (user_id, event_time, payload) VALUES (?, ?, ?)");
+    events
+        .iter()
+        .map(|(u, t, p)| {
+            let rows = cql.query_with(&select, vec![CqlValue::Text(u.clone())]);
+            let (mut n, mut bytes) = (1u64, p.len() as u64);
+            for r in rows {
+                if let (Some(Some(CqlValue::Timestamp(ts))), Some(Some(CqlValue::Blob(b)))) =
+                    (r.columns.first(), r.columns.get(1))
+                {
+                    if ts.0 > t - WINDOW_MS {
+                        n += 1;
+                        bytes += b.len() as u64;
+                    }
+                }
+            }
+            let row = vec![
+                CqlValue::Text(u.clone()),
+                CqlValue::Timestamp(CqlTimestamp(*t)),
+                CqlValue::Blob(p.clone().into_bytes()),
+            ];
+            cql.query_with(&insert, row);
+            (u.clone(), *t, n, bytes)
+        })
+        .collect()
+}
+
+fn format_ms(t: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(t)
+        .unwrap()
+        .naive_utc()
+        .format("%Y-%m-%dT%H:%M:%S")
+        .to_string()
+}
+
+#[test]
+fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("migration");
+    cql.query(&format!(
+        "CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+    ));
+    let table = format!("{ks}.user_events");
+    cql.query(&format!(
+        "CREATE TABLE {table} (user_id text, event_time timestamp, payload blob, PRIMARY KEY (user_id, event_time))"
+    ));
+    let all = events();
+    let want = reference(&all);
+    let (first, second) = all.split_at(EVENTS / 2);
+    assert_eq!(
+        old_job(&cql, &table, first),
+        want[..EVENTS / 2],
+        "the old job itself"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("second-half.jsonl");
+    let mut f = std::fs::File::create(&input).unwrap();
+    for (u, t, p) in second {
+        let line = serde_json::json!({"user_id": u, "event_time": t, "payload": p});
+        writeln!(f, "{line}").unwrap();
+    }
+    let out = dir.path().join("out");
+    let defines = [
+        "checkpoint.interval=1s".to_string(),
+        "source.max-records-per-second=2000".into(),
+        "state.l1.capacity=64KB".into(),
+        "state.l2.capacity=1MB".into(),
+        format!("state.l3.contact-points={}", contact_point()),
+        format!("state.l3.keyspace={ks}"),
+        "state.l3.migration.state=events".into(),
+        format!("state.l3.migration.table={table}"),
+    ];
+    let mut args = vec!["run".to_string(), "user-history".into(), "--input".into()];
+    args.push(input.display().to_string());
+    args.extend(["--output".into(), out.display().to_string()]);
+    args.extend(defines.iter().flat_map(|d| ["-D".to_string(), d.clone()]));
+    let o = strata(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let s = summary(&o.stderr);
+    assert!(
+        s["l3_hits"].parse::<u64>().unwrap() > 0,
+        "nothing read from the old table: {s:?}"
+    );
+
+    let mut got: Vec<(String, String, u64, u64)> = Vec::new();
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("part-") && name.ends_with(".jsonl") {
+            for l in std::fs::read_to_string(&path).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                got.push((
+                    v["user_id"].as_str().unwrap().to_owned(),
+                    v["event_time"].as_str().unwrap().to_owned(),
+                    v["events_60d"].as_u64().unwrap(),
+                    v["payload_bytes_60d"].as_u64().unwrap(),
+                ));
+            }
+        }
+    }
+    let mut expected: Vec<(String, String, u64, u64)> = want[EVENTS / 2..]
+        .iter()
+        .map(|(u, t, n, b)| (u.clone(), format_ms(*t), *n, *b))
+        .collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got.len(), expected.len());
+    let first_diff = got.iter().zip(&expected).position(|(g, e)| g != e);
+    assert!(
+        first_diff.is_none(),
+        "first difference: {:?}",
+        first_diff.map(|i| (&got[i], &expected[i]))
+    );
+
+    // What strata moved to L3 is in the old table, in its schema.
+    let select = format!("SELECT payload FROM {table} WHERE user_id = ? AND event_time = ?");
+    let mut moved = 0;
+    for (u, t, p) in second.iter().step_by(10) {
+        let key = vec![
+            CqlValue::Text(u.clone()),
+            CqlValue::Timestamp(CqlTimestamp(*t)),
+        ];
+        if let Some(row) = cql.query_with(&select, key).first() {
+            assert_eq!(
+                row.columns[0],
+                Some(CqlValue::Blob(p.clone().into_bytes())),
+                "the row of {u} at {t} holds another payload"
+            );
+            moved += 1;
+        }
+    }
+    assert!(
+        moved > 0,
+        "no event of the second half reached the old table"
+    );
+}
