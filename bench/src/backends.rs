@@ -1,7 +1,8 @@
 //! The ways the workload's state can be kept, all behind one trait so that
 //! every mode sees the same events:
 //!
-//! * `embedded` — strata's tiered store, L1 (moka) + L2 (RocksDB);
+//! * `embedded` — strata's tiered store, L1 (moka) + L2 (RocksDB); with a
+//!   cold tier and checkpoints, the `l3` mode (see [`crate::cassandra`]);
 //! * `rocksdb-raw` — the same updates straight into RocksDB through the
 //!   `rocksdb` crate with the same options (WAL off, bloom filters, one
 //!   memory budget): the ceiling for L2;
@@ -10,8 +11,10 @@
 
 use crate::workload::{Event, Form, Workload, DAY_MS};
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+use strata_cache::l3::CassandraTier;
 use strata_cache::{ListState, StateDescriptor, StateStore, TierStats, Ttl, ValueState};
 
 /// Errors of a backend, as text (a benchmark run stops at the first).
@@ -36,6 +39,8 @@ pub struct Budget {
     pub l1_bytes: u64,
     /// RocksDB block cache + memtables per worker.
     pub l2_bytes: usize,
+    /// L2 bytes on disk per worker beyond which cold keys go to L3 (`l3` mode).
+    pub l2_capacity: u64,
 }
 
 const KEEP_NAIVE: usize = 100;
@@ -48,13 +53,27 @@ pub struct Embedded {
     count: ValueState<u64>,
     form: Form,
     seen: u64,
+    /// With a cold tier: where checkpoints go, and the last checkpoint id.
+    checkpoints: Option<(PathBuf, u64)>,
 }
 
 impl Embedded {
-    /// A store in `dir` with the workload's states.
-    pub fn open(dir: &Path, w: &Workload, budget: Budget) -> Result<Self, BenchError> {
+    /// A store in `dir` with the workload's states; with `cold`, also an L3
+    /// and an L2 capacity, and a checkpoint every
+    /// [`crate::cassandra::CHECKPOINT_EVERY`] events.
+    pub fn open(
+        dir: &Path,
+        w: &Workload,
+        budget: Budget,
+        cold: Option<Arc<CassandraTier>>,
+    ) -> Result<Self, BenchError> {
         let ttl = Ttl::event_time(Duration::from_millis(w.history_days * DAY_MS as u64));
-        let store = StateStore::builder(dir)
+        let mut builder = StateStore::builder(dir.join("l2"));
+        let checkpoints = cold.is_some().then(|| (dir.join("checkpoints"), 0));
+        if let Some(cold) = cold {
+            builder = builder.cold_tier(cold).l2_capacity(budget.l2_capacity);
+        }
+        let store = builder
             .l1_capacity(budget.l1_bytes)
             .l2_memory(budget.l2_bytes)
             .state(StateDescriptor::list("history").with_ttl(ttl))
@@ -68,7 +87,22 @@ impl Embedded {
             store,
             form: w.form,
             seen: 0,
+            checkpoints,
         })
+    }
+
+    /// Takes a checkpoint, then tells the store it completed (cold keys
+    /// beyond the L2 capacity move to L3).
+    fn checkpoint(&mut self) -> Result<(), BenchError> {
+        let Some((dir, id)) = &mut self.checkpoints else {
+            return Ok(());
+        };
+        *id += 1;
+        let at = dir.join(format!("chk-{id}"));
+        self.store.checkpoint(&at, *id)?;
+        std::fs::remove_dir_all(&at)?;
+        self.store.checkpoint_completed(*id)?;
+        Ok(())
     }
 }
 
@@ -79,6 +113,9 @@ impl Backend for Embedded {
         self.seen += 1;
         if self.seen.is_multiple_of(1024) {
             self.store.clock().advance_watermark(event.ts);
+        }
+        if self.seen.is_multiple_of(crate::cassandra::CHECKPOINT_EVERY) {
+            self.checkpoint()?;
         }
         match self.form {
             Form::ListAdd => self.history.add(&key, event)?,

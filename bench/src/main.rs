@@ -3,7 +3,11 @@
 //!
 //! ```text
 //! strata-bench --users 1000000 --events 10000000 --modes embedded,rocksdb-raw,memory --out bench-out
+//! strata-bench --users 100000 --events 1000000 --modes embedded,l3,cassandra-per-record --out bench-out
 //! ```
+//!
+//! The `l3` and `cassandra-per-record` modes need Cassandra at `--cassandra`
+//! (`scripts/cassandra.sh start`); each run uses a keyspace of its own.
 //!
 //! Each mode runs in a child process of its own (so that its peak RSS is its
 //! own), with one worker thread per core, each worker owning a slice of the
@@ -11,6 +15,7 @@
 //! `<out>/report.json` and `<out>/report.md`.
 
 mod backends;
+mod cassandra;
 mod report;
 mod runner;
 mod workload;
@@ -64,6 +69,13 @@ struct Args {
     /// RocksDB block cache + memtables for all workers together, e.g. 512MB.
     #[arg(long, default_value = "512MB")]
     l2_memory: bytesize::ByteSize,
+    /// L2 bytes on disk for all workers together in the `l3` mode; beyond
+    /// it cold users move to Cassandra, e.g. 64MB.
+    #[arg(long, default_value = "64MB")]
+    l2_capacity: bytesize::ByteSize,
+    /// Cassandra/ScyllaDB node of the `l3` and `cassandra-per-record` modes.
+    #[arg(long, default_value = "127.0.0.1:9042")]
+    cassandra: String,
     /// Internal: run one mode and print its report as JSON.
     #[arg(long, hide = true)]
     child: Option<Mode>,
@@ -92,6 +104,7 @@ impl Args {
         backends::Budget {
             l1_bytes: self.l1.as_u64() / u64::from(threads),
             l2_bytes: (self.l2_memory.as_u64() / u64::from(threads)) as usize,
+            l2_capacity: self.l2_capacity.as_u64() / u64::from(threads),
         }
     }
 }
@@ -119,7 +132,11 @@ fn main() -> std::process::ExitCode {
 fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
     let w = args.workload();
     let dir = args.out.join(format!("state-{}", std::process::id()));
-    let report = runner::run(mode, &dir, &w, args.budget(w.threads));
+    let target = cassandra::Target {
+        contact_point: args.cassandra.clone(),
+        keyspace: format!("strata_bench_{}", std::process::id()),
+    };
+    let report = runner::run(mode, &dir, &w, args.budget(w.threads), &target);
     let _ = std::fs::remove_dir_all(&dir);
     println!("{}", serde_json::to_string(&report?)?);
     Ok(())

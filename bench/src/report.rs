@@ -1,5 +1,6 @@
 //! Runs every mode in a child process and writes `report.json` and
-//! `report.md`, with each mode's ratio to `rocksdb-raw`.
+//! `report.md`, with each mode's ratio to `rocksdb-raw` and to
+//! `cassandra-per-record`.
 
 use crate::backends::BenchError;
 use crate::runner::{Mode, ModeReport};
@@ -27,6 +28,7 @@ struct Entry {
     #[serde(flatten)]
     report: ModeReport,
     ratio_to_rocksdb_raw: Option<f64>,
+    ratio_to_cassandra_per_record: Option<f64>,
 }
 
 fn mode_name(mode: Mode) -> String {
@@ -76,18 +78,18 @@ pub fn run_all(
         }
         results.insert(mode_name(mode), report);
     }
-    let baseline = results.get("rocksdb-raw").map(|r| r.events_per_sec);
+    let baseline = |mode: &str| results.get(mode).map(|r| r.events_per_sec);
+    let (raw, per_record) = (baseline("rocksdb-raw"), baseline("cassandra-per-record"));
     let modes = results
         .into_iter()
         .map(|(name, report)| {
-            let ratio = baseline.map(|b| report.events_per_sec / b);
-            (
-                name,
-                Entry {
-                    report,
-                    ratio_to_rocksdb_raw: ratio,
-                },
-            )
+            let ratio = |b: Option<f64>| b.map(|b| report.events_per_sec / b);
+            let entry = Entry {
+                ratio_to_rocksdb_raw: ratio(raw),
+                ratio_to_cassandra_per_record: ratio(per_record),
+                report,
+            };
+            (name, entry)
         })
         .collect();
     let report = Report {
@@ -116,24 +118,27 @@ fn markdown(r: &Report<'_>) -> String {
     let w = r.workload;
     let mut md = format!(
         "# strata-bench report\n\n{} users, {} events, form {:?}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers; {} cores, {}.\n\n\
-         | mode | events/s | ratio to rocksdb-raw | p50 µs | p99 µs | p99.9 µs | peak RSS MB | L1 hit | L2 hit | L1 MB | L2 MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | mode | events/s | ratio to rocksdb-raw | ratio to cassandra-per-record | p50 µs | p99 µs | p99.9 µs | peak RSS MB | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | moved to L3 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         w.users, w.events, w.form, w.zipf, w.payload, w.history_days, w.spread_days, w.threads, r.machine.cores, r.machine.date
     );
     let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("–".to_owned(), f);
     for (name, e) in &r.modes {
         let m = &e.report;
         md += &format!(
-            "| {name} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} |\n",
+            "| {name} | {:.0} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
             m.events_per_sec,
             opt(e.ratio_to_rocksdb_raw, |x| format!("{x:.2}")),
+            opt(e.ratio_to_cassandra_per_record, |x| format!("{x:.1}")),
             m.latency_us.p50,
             m.latency_us.p99,
             m.latency_us.p999,
             m.peak_rss_bytes >> 20,
             opt(m.l1_hit_ratio, |x| format!("{:.1}%", x * 100.0)),
             opt(m.l2_hit_ratio, |x| format!("{:.1}%", x * 100.0)),
+            opt(m.l3_hit_ratio, |x| format!("{:.1}%", x * 100.0)),
             opt(m.l1_bytes.map(|b| b as f64), |b| format!("{:.0}", b / 1e6)),
             opt(m.l2_bytes.map(|b| b as f64), |b| format!("{:.0}", b / 1e6)),
+            opt(m.l3_evictions.map(|n| n as f64), |n| format!("{n:.0}")),
         );
     }
     md

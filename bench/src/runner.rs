@@ -3,6 +3,7 @@
 //! verification that every event was counted.
 
 use crate::backends::{Backend, BenchError, Budget, Embedded, Memory, RocksDbRaw};
+use crate::cassandra::{PerRecord, Target};
 use crate::workload::Workload;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -20,6 +21,10 @@ pub enum Mode {
     RocksdbRaw,
     /// A plain hash map.
     Memory,
+    /// strata, L1 + L2 + Cassandra (L3), checkpointing.
+    L3,
+    /// Read-modify-write of Cassandra on every event (the user's design).
+    CassandraPerRecord,
 }
 
 /// Per-event latency percentiles, microseconds.
@@ -54,6 +59,12 @@ pub struct ModeReport {
     pub l1_bytes: Option<u64>,
     /// Bytes in L2 at the end (tiered modes).
     pub l2_bytes: Option<u64>,
+    /// L3 hit ratio among L2 misses (`l3` mode).
+    #[serde(default)]
+    pub l3_hit_ratio: Option<f64>,
+    /// Keys moved from L2 to L3 (`l3` mode).
+    #[serde(default)]
+    pub l3_evictions: Option<u64>,
 }
 
 fn open(
@@ -61,12 +72,26 @@ fn open(
     dir: &Path,
     w: &Workload,
     budget: Budget,
+    target: &Target,
+    worker: u32,
 ) -> Result<Box<dyn Backend>, BenchError> {
     Ok(match mode {
-        Mode::Embedded => Box::new(Embedded::open(dir, w, budget)?),
+        Mode::Embedded => Box::new(Embedded::open(dir, w, budget, None)?),
+        Mode::L3 => {
+            let cold = crate::cassandra::cold_tier(target, worker)?;
+            Box::new(Embedded::open(dir, w, budget, Some(cold))?)
+        }
         Mode::RocksdbRaw => Box::new(RocksDbRaw::open(dir, w, budget)?),
         Mode::Memory => Box::new(Memory::new(w)),
+        Mode::CassandraPerRecord => Box::new(PerRecord::open(target, w)?),
     })
+}
+
+/// Microseconds since the Unix epoch.
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 struct Worker {
@@ -82,9 +107,17 @@ fn work(
     w: &Workload,
     thread: u32,
     budget: Budget,
+    target: &Target,
     progress: &indicatif::ProgressBar,
 ) -> Result<Worker, BenchError> {
-    let mut backend = open(mode, &dir.join(format!("worker-{thread}")), w, budget)?;
+    let mut backend = open(
+        mode,
+        &dir.join(format!("worker-{thread}")),
+        w,
+        budget,
+        target,
+        thread,
+    )?;
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let events = w.events(thread);
     let users: Vec<u64> = events.users().collect();
@@ -122,7 +155,13 @@ fn peak_rss() -> u64 {
 }
 
 /// Runs `mode` with one thread per worker, state under `dir`.
-pub fn run(mode: Mode, dir: &Path, w: &Workload, budget: Budget) -> Result<ModeReport, BenchError> {
+pub fn run(
+    mode: Mode,
+    dir: &Path,
+    w: &Workload,
+    budget: Budget,
+    target: &Target,
+) -> Result<ModeReport, BenchError> {
     let progress = indicatif::ProgressBar::new(w.events);
     progress.set_style(
         indicatif::ProgressStyle::with_template(
@@ -137,7 +176,7 @@ pub fn run(mode: Mode, dir: &Path, w: &Workload, budget: Budget) -> Result<ModeR
             .map(|t| {
                 s.spawn({
                     let p = &progress;
-                    move || work(mode, dir, w, t, budget, p)
+                    move || work(mode, dir, w, t, budget, target, p)
                 })
             })
             .collect();
@@ -174,5 +213,9 @@ pub fn run(mode: Mode, dir: &Path, w: &Workload, budget: Budget) -> Result<ModeR
         l2_hit_ratio: tiers.map(|t| t.l2_hit_ratio()),
         l1_bytes: tiers.map(|t| t.l1_bytes),
         l2_bytes: tiers.map(|t| t.l2_bytes),
+        l3_hit_ratio: tiers
+            .filter(|t| t.l3_evictions > 0)
+            .map(|t| t.l3_hit_ratio()),
+        l3_evictions: tiers.filter(|t| t.l3_evictions > 0).map(|t| t.l3_evictions),
     })
 }
