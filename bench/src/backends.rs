@@ -98,6 +98,7 @@ impl Embedded {
             return Ok(());
         };
         *id += 1;
+        std::fs::create_dir_all(&*dir)?;
         let at = dir.join(format!("chk-{id}"));
         self.store.checkpoint(&at, *id)?;
         std::fs::remove_dir_all(&at)?;
