@@ -35,6 +35,9 @@ pub fn cold_tier(t: &Target, worker: u32) -> Result<Arc<CassandraTier>, BenchErr
     let lineage = crate::runner::now_micros() ^ i64::from(worker);
     let mut c = L3Config::new(vec![t.contact_point.clone()], lineage);
     c.keyspace = t.keyspace.clone();
+    // Each worker is a job of its own to L3 (its own lineage), so each
+    // gets a table of its own.
+    c.table = format!("state_w{worker}");
     Ok(Arc::new(CassandraTier::connect(c)?))
 }
 

@@ -213,9 +213,7 @@ pub fn run(
         l2_hit_ratio: tiers.map(|t| t.l2_hit_ratio()),
         l1_bytes: tiers.map(|t| t.l1_bytes),
         l2_bytes: tiers.map(|t| t.l2_bytes),
-        l3_hit_ratio: tiers
-            .filter(|t| t.l3_evictions > 0)
-            .map(|t| t.l3_hit_ratio()),
-        l3_evictions: tiers.filter(|t| t.l3_evictions > 0).map(|t| t.l3_evictions),
+        l3_hit_ratio: tiers.filter(|_| mode == Mode::L3).map(|t| t.l3_hit_ratio()),
+        l3_evictions: tiers.filter(|_| mode == Mode::L3).map(|t| t.l3_evictions),
     })
 }

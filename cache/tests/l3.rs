@@ -301,3 +301,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_migration_table_of_another_shape_is_a_clear_error_at_connect() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("shape");
+    cql.query(&format!(
+        "CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+    ));
+    cql.query(&format!(
+        "CREATE TABLE {ks}.user_events (user_id text, event_time bigint, payload text, PRIMARY KEY (user_id, event_time))"
+    ));
+    let migration = |table: &str| MigrationTable {
+        state: "events".into(),
+        table: table.into(),
+        key_column: "user_id".into(),
+        time_column: "event_time".into(),
+        value_column: "payload".into(),
+    };
+    let connect = |table: &str| {
+        let mut c = L3Config::new(vec![contact_point()], 1);
+        c.keyspace = ks.clone();
+        c.migration = Some(migration(table));
+        CassandraTier::connect(c)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let wrong_type = connect("user_events");
+    assert!(
+        wrong_type.contains("event_time") && wrong_type.contains("must be timestamp, is bigint"),
+        "{wrong_type}"
+    );
+    let missing = connect("no_such_table");
+    assert!(missing.contains("does not exist"), "{missing}");
+}

@@ -344,11 +344,41 @@ where
         })
     }
 
-    /// Connects to L3 when the configuration turns it on, and pins the
-    /// version of the restored checkpoint (whose picked keys a restored
-    /// store moves again). A fresh start (nothing restored) refuses a
-    /// strata table that already holds state: that state belongs to an
-    /// earlier run and would be read as current.
+    /// Migration mode must name a list state of this job.
+    fn check_migrated_state(&self) -> Result<()> {
+        let Some([state, ..]) = &self.config.l3.migration else {
+            return Ok(());
+        };
+        let states = (self.factory)().states();
+        if states
+            .iter()
+            .any(|s| &s.name == state && s.kind == strata_cache::StateKind::List)
+        {
+            return Ok(());
+        }
+        let lists: Vec<&str> = states
+            .iter()
+            .filter(|s| s.kind == strata_cache::StateKind::List)
+            .map(|s| s.name.as_str())
+            .collect();
+        Err(RuntimeError::Config {
+            key: "state.l3.migration.state".into(),
+            reason: format!(
+                "'{state}' is not a list state of job '{}' (its list states: {})",
+                self.name,
+                if lists.is_empty() {
+                    "none".into()
+                } else {
+                    lists.join(", ")
+                }
+            ),
+        })
+    }
+
+    /// Connects to L3 when the configuration turns it on, claims it for
+    /// this run (a table another job uses, or a zombie, is refused; see
+    /// `strata_cache::l3`), and pins the version of the restored checkpoint
+    /// (whose picked keys a restored store moves again).
     async fn connect_l3(
         &self,
         lineage: i64,
@@ -357,7 +387,7 @@ where
         if !self.config.l3.enabled() {
             return Ok(None);
         }
-        let fresh = restored.is_none();
+        self.check_migrated_state()?;
         let config = self.config.l3.client_config(lineage);
         let restored_id = restored.map_or(0, |m| m.id);
         let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
@@ -369,15 +399,6 @@ where
         })
         .await
         .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))??;
-        if fresh && tier.holds_state()? {
-            return Err(RuntimeError::Usage(format!(
-                "the L3 table {} holds state of an earlier run, but this run starts from the beginning: \
-                 pass --restore latest to continue that run, or set another state.l3.keyspace, \
-                 or empty it (TRUNCATE {})",
-                tier.table(),
-                tier.table()
-            )));
-        }
         if let Some((id, version)) = restored.and_then(|m| Some((m.id, m.l3_version?))) {
             tier.pin_version(id, version);
         }

@@ -208,22 +208,48 @@ fn unreachable_cassandra_is_a_clear_error_within_the_connect_timeout() {
 }
 
 #[test]
-fn a_fresh_start_refuses_an_l3_table_that_holds_an_earlier_runs_state() {
-    let cql = Cql::connect();
-    let ks = unique_keyspace("fresh");
-    cql.query(&format!(
-        "CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
-    ));
-    cql.query(&format!(
-        "CREATE TABLE {ks}.state (state text, key blob, ck blob, ts bigint, value blob, PRIMARY KEY ((state, key), ck))"
-    ));
-    cql.query(&format!(
-        "INSERT INTO {ks}.state (state, key, ck, ts, value) VALUES ('history', 0x00, 0x00, 0, 0x00)"
-    ));
+fn a_second_job_on_an_l3_table_is_refused_even_when_both_start_at_once() {
+    Cql::connect();
+    let ks = unique_keyspace("owner");
     let dir = tempfile::tempdir().unwrap();
-    let args = l3_args(&ks, "1MB");
-    let o = run(&dir.path().join("out"), &dir.path().join("chk"), &args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(err.contains("holds state of an earlier run"), "{err}");
+    let head = flights_head(20_000);
+    let start = |name: &str| {
+        let a = l3_args(&ks, "1MB");
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (out, chk) = (
+            dir.path().join(name),
+            dir.path().join(format!("{name}-chk")),
+        );
+        Command::new(strata_bin())
+            .args(route_history_args(&head, &out, Some(&chk), &a))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (start("a"), start("b"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let refused = |o: &std::process::Output| {
+        !o.status.success()
+            && String::from_utf8_lossy(&o.stderr).contains("holds the state of another job")
+    };
+    let (winner, loser) = if a.status.success() {
+        ("a", &b)
+    } else {
+        ("b", &a)
+    };
+    assert!(
+        refused(loser),
+        "exactly one of two jobs may own the table: {} / {}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    let got = read_output(&dir.path().join(winner));
+    assert!(first_difference(&got, &reference_route_history(&head)).is_none());
+    // A fresh start of the same job later is another job too.
+    let again = start("c").wait_with_output().unwrap();
+    assert!(
+        refused(&again),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }

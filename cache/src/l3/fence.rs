@@ -1,5 +1,8 @@
 //! Fencing zombies: one row per job lineage in `<table>_fence` says which
-//! run of the job owns L3 and the newest checkpoint it moved there.
+//! run of the job owns L3 and the newest checkpoint it moved there; one
+//! more row (lineage [`OWNER`]) says which job lineage the table belongs
+//! to, so that a second job — a fresh start on a table another job uses,
+//! even one started at the same moment — is refused.
 //!
 //! A run claims the lineage when it starts ([`Fence::claim`]): only if its
 //! restore point is at least that newest checkpoint — a run restored from
@@ -18,6 +21,9 @@ use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::{CqlValue, Row};
 use std::sync::{Arc, Mutex};
+
+/// The lineage key of the row naming the job the table belongs to.
+const OWNER: i64 = i64::MIN;
 
 /// The fence statements of one lineage, and this run's claim.
 pub(crate) struct Fence {
@@ -125,6 +131,7 @@ impl Fence {
         restored: u64,
     ) -> Result<()> {
         use CqlValue::BigInt;
+        self.own_table(&read)?;
         let (lineage, id) = (BigInt(self.lineage), BigInt(restored as i64));
         let insert = vec![lineage.clone(), BigInt(run), id.clone()];
         if !applied(&read(CqlRequest::Read(
@@ -142,6 +149,38 @@ impl Fence {
         }
         *self.run.lock().unwrap_or_else(|p| p.into_inner()) = Some(run);
         Ok(())
+    }
+
+    /// Makes this job's lineage the table's owner, or checks that it is.
+    fn own_table(&self, read: &impl Fn(CqlRequest) -> Result<Vec<Row>>) -> Result<()> {
+        use CqlValue::BigInt;
+        let owner = vec![BigInt(OWNER), BigInt(self.lineage), BigInt(0)];
+        if applied(&read(CqlRequest::Read(
+            self.insert.clone(),
+            Arc::new(owner),
+        ))?) {
+            return Ok(());
+        }
+        let rows = read(CqlRequest::Read(
+            self.select.clone(),
+            Arc::new(vec![BigInt(OWNER)]),
+        ))?;
+        let job = rows
+            .first()
+            .and_then(|r| r.columns.first().cloned().flatten())
+            .and_then(|v| v.as_bigint());
+        if job == Some(self.lineage) {
+            return Ok(());
+        }
+        Err(StateError::L3(format!(
+            "the L3 table {} holds the state of another job (lineage {}): to continue that job, \
+             restore its checkpoints (--restore latest with its checkpoint directory); to start \
+             over, set another state.l3.keyspace, or TRUNCATE {} and {}_fence",
+            self.table,
+            job.map_or("?".into(), |j| j.to_string()),
+            self.table,
+            self.table
+        )))
     }
 
     /// Records that this run moves checkpoint `id` to L3 now; errors if

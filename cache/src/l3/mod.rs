@@ -104,7 +104,7 @@ pub struct CassandraTier {
     counters: Arc<L3Counters>,
     session: Arc<Session>,
     versions: std::sync::Mutex<std::collections::BTreeMap<u64, i64>>,
-    table: String,
+    timeouts: (Duration, Duration),
     fence: fence::Fence,
 }
 
@@ -139,7 +139,7 @@ impl CassandraTier {
             counters,
             session,
             versions: Default::default(),
-            table: format!("{}.{}", config.keyspace, config.table),
+            timeouts: (config.request_timeout, config.retry_for),
             fence,
         })
     }
@@ -182,30 +182,6 @@ impl CassandraTier {
         v
     }
 
-    /// Whether strata's table holds any row (a fresh start must not find
-    /// an earlier run's state there).
-    pub fn holds_state(&self) -> Result<bool> {
-        let (session, cql) = (
-            self.session.clone(),
-            format!("SELECT state FROM {} LIMIT 1", self.table),
-        );
-        self.block(async move {
-            let result = session
-                .query_unpaged(cql.as_str(), ())
-                .await
-                .map_err(|e| StateError::L3(format!("`{cql}` failed: {e}")))?;
-            let rows = result
-                .into_rows_result()
-                .map_err(|e| StateError::L3(e.to_string()))?;
-            Ok(rows.rows_num() > 0)
-        })
-    }
-
-    /// strata's table, `keyspace.table`.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
     /// Runs `fut` on the tier's runtime and waits for it on this thread.
     fn block<T: Send + 'static>(
         &self,
@@ -233,9 +209,34 @@ impl CassandraTier {
         self.fence.claim(|req| self.read(req), run, restored)
     }
 
+    /// Sends `requests` concurrently (the stack limits how many are in
+    /// flight) and returns their rows in the order of `requests`.
+    fn call_all(&self, requests: Vec<CqlRequest>) -> Result<Vec<Vec<scylla::value::Row>>> {
+        let (service, timeouts) = (self.service.clone(), self.timeouts);
+        self.block(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (i, req) in requests.into_iter().enumerate() {
+                let service = service.clone();
+                tasks.spawn(async move { (i, service::call(&service, req).await) });
+            }
+            let mut answers = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                let (i, rows) = done.map_err(|e| StateError::L3(format!("L3 task: {e}")))?;
+                answers.push((i, rows.map_err(|e| l3_error(e, timeouts))?));
+            }
+            answers.sort_by_key(|(i, _)| *i);
+            Ok(answers.into_iter().map(|(_, rows)| rows).collect())
+        })
+    }
+
     fn read(&self, req: CqlRequest) -> Result<Vec<scylla::value::Row>> {
         let service = self.service.clone();
-        self.block(async move { service::call(&service, req).await.map_err(l3_error) })
+        let timeouts = self.timeouts;
+        self.block(async move {
+            service::call(&service, req)
+                .await
+                .map_err(|e| l3_error(e, timeouts))
+        })
     }
 }
 
@@ -248,7 +249,61 @@ pub fn next_version(prev: i64) -> i64 {
     now.max(prev.saturating_add(2))
 }
 
-fn l3_error(e: tower::BoxError) -> StateError {
+/// The migrated table must exist with the configured columns of the right
+/// types (text key, timestamp clustering column, blob payload).
+async fn check_migrated_table(session: &Session, m: &MigrationTable) -> Result<()> {
+    let (ks, table) = m.table.split_once('.').unwrap_or(("", &m.table));
+    let cql = "SELECT column_name, type FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?";
+    let rows = session
+        .query_unpaged(cql, (ks.to_lowercase(), table.to_lowercase()))
+        .await
+        .map_err(|e| StateError::L3(format!("cannot read the schema of {}: {e}", m.table)))?
+        .into_rows_result()
+        .map_err(|e| StateError::L3(format!("cannot read the schema of {}: {e}", m.table)))?;
+    let columns: std::collections::HashMap<String, String> = rows
+        .rows::<(String, String)>()
+        .map_err(|e| StateError::L3(e.to_string()))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| StateError::L3(e.to_string()))?;
+    if columns.is_empty() {
+        return Err(StateError::L3(format!(
+            "migration table {} does not exist (state.l3.migration.table)",
+            m.table
+        )));
+    }
+    for (setting, column, want) in [
+        ("key-column", &m.key_column, "text"),
+        ("time-column", &m.time_column, "timestamp"),
+        ("value-column", &m.value_column, "blob"),
+    ] {
+        match columns.get(&column.to_lowercase()) {
+            Some(t) if t == want => {}
+            Some(t) => {
+                return Err(StateError::L3(format!(
+                    "migration table {}: column {column} (state.l3.migration.{setting}) must be {want}, is {t}",
+                    m.table
+                )))
+            }
+            None => {
+                return Err(StateError::L3(format!(
+                    "migration table {} has no column {column} (state.l3.migration.{setting}); it has: {}",
+                    m.table,
+                    columns.keys().cloned().collect::<Vec<_>>().join(", ")
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An L3 failure as one line; a timeout names the settings involved.
+fn l3_error(e: tower::BoxError, (timeout, retry_for): (Duration, Duration)) -> StateError {
+    if e.is::<tower::timeout::error::Elapsed>() {
+        return StateError::L3(format!(
+            "a request timed out after {timeout:?} (state.l3.request-timeout), \
+             and retries for {retry_for:?} (state.l3.retry-for) did not help: is Cassandra overloaded or down?"
+        ));
+    }
     StateError::L3(e.to_string())
 }
 
@@ -310,6 +365,9 @@ async fn setup(config: &L3Config) -> Result<(Session, Layout, fence::Fence)> {
         },
         ..m.clone()
     });
+    if let Some(m) = &migration {
+        check_migrated_table(&session, m).await?;
+    }
     let statements = StatementConfig {
         consistency: config.consistency,
         timeout: config.request_timeout,
@@ -330,25 +388,11 @@ impl ColdTier for CassandraTier {
             .iter()
             .map(|(state, key)| self.layout.read(state, key))
             .collect::<Result<Vec<_>>>()?;
-        let service = self.service.clone();
-        let answers = self.block(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            for (i, req) in requests.into_iter().enumerate() {
-                let service = service.clone();
-                tasks.spawn(async move { (i, service::call(&service, req).await) });
-            }
-            let mut answers = Vec::new();
-            while let Some(done) = tasks.join_next().await {
-                let (i, rows) = done.map_err(|e| StateError::L3(format!("L3 read task: {e}")))?;
-                answers.push((i, rows.map_err(l3_error)?));
-            }
-            answers.sort_by_key(|(i, _)| *i);
-            Ok(answers)
-        })?;
+        let answers = self.call_all(requests)?;
         answers
             .into_iter()
             .zip(keys)
-            .map(|((_, rows), (state, _))| self.layout.decode(state, rows))
+            .map(|(rows, (state, _))| self.layout.decode(state, rows))
             .collect()
     }
 
@@ -364,18 +408,6 @@ impl ColdTier for CassandraTier {
         for w in writes {
             requests.extend(self.layout.writes(w, version)?);
         }
-        let service = self.service.clone();
-        self.block(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            for req in requests {
-                let service = service.clone();
-                tasks.spawn(async move { service::call(&service, req).await });
-            }
-            while let Some(done) = tasks.join_next().await {
-                done.map_err(|e| StateError::L3(format!("L3 write task: {e}")))?
-                    .map_err(l3_error)?;
-            }
-            Ok(())
-        })
+        self.call_all(requests).map(|_| ())
     }
 }
