@@ -9,9 +9,10 @@
 //! * `memory` — a plain `HashMap`, no tiers, no serialisation: the ceiling
 //!   for memory.
 
+use crate::checkpointing::{CheckpointFigures, Checkpointing};
 use crate::workload::{Event, Form, Workload, DAY_MS};
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use strata_cache::l3::CassandraTier;
@@ -29,6 +30,11 @@ pub trait Backend: Send {
     /// Tier figures, where the backend has tiers.
     fn tiers(&self) -> Option<TierStats> {
         None
+    }
+    /// Called after the last event: a backend that checkpoints takes a last
+    /// checkpoint, stops checkpointing and returns its checkpoint figures.
+    fn finish(&mut self) -> Result<Option<CheckpointFigures>, BenchError> {
+        Ok(None)
     }
 }
 
@@ -53,14 +59,16 @@ pub struct Embedded {
     count: ValueState<u64>,
     form: Form,
     seen: u64,
-    /// With a cold tier: where checkpoints go, and the last checkpoint id.
-    checkpoints: Option<(PathBuf, u64)>,
+    /// Checkpoints every `w.checkpoint_every` events, until [`Backend::finish`].
+    checkpoints: Option<Checkpointing>,
+    checkpoint_every: u64,
 }
 
 impl Embedded {
-    /// A store in `dir` with the workload's states; with `cold`, also an L3
-    /// and an L2 capacity, and a checkpoint every
-    /// [`crate::cassandra::CHECKPOINT_EVERY`] events.
+    /// A store in `dir` (L2 in `dir/l2`, checkpoint storage in
+    /// `dir/checkpoints`) with the workload's states, checkpointing every
+    /// `w.checkpoint_every` events; with `cold`, also an L3 and an L2
+    /// capacity (each completed checkpoint moves cold keys to L3).
     pub fn open(
         dir: &Path,
         w: &Workload,
@@ -69,7 +77,6 @@ impl Embedded {
     ) -> Result<Self, BenchError> {
         let ttl = Ttl::event_time(Duration::from_millis(w.history_days * DAY_MS as u64));
         let mut builder = StateStore::builder(dir.join("l2"));
-        let checkpoints = cold.is_some().then(|| (dir.join("checkpoints"), 0));
         if let Some(cold) = cold {
             builder = builder.cold_tier(cold).l2_capacity(budget.l2_capacity);
         }
@@ -87,23 +94,9 @@ impl Embedded {
             store,
             form: w.form,
             seen: 0,
-            checkpoints,
+            checkpoints: Some(Checkpointing::new(dir.join("checkpoints"))?),
+            checkpoint_every: w.checkpoint_every,
         })
-    }
-
-    /// Takes a checkpoint, then tells the store it completed (cold keys
-    /// beyond the L2 capacity move to L3).
-    fn checkpoint(&mut self) -> Result<(), BenchError> {
-        let Some((dir, id)) = &mut self.checkpoints else {
-            return Ok(());
-        };
-        *id += 1;
-        std::fs::create_dir_all(&*dir)?;
-        let at = dir.join(format!("chk-{id}"));
-        self.store.checkpoint(&at, *id)?;
-        std::fs::remove_dir_all(&at)?;
-        self.store.checkpoint_completed(*id)?;
-        Ok(())
     }
 }
 
@@ -115,8 +108,10 @@ impl Backend for Embedded {
         if self.seen.is_multiple_of(1024) {
             self.store.clock().advance_watermark(event.ts);
         }
-        if self.seen.is_multiple_of(crate::cassandra::CHECKPOINT_EVERY) {
-            self.checkpoint()?;
+        if self.checkpoint_every > 0 && self.seen.is_multiple_of(self.checkpoint_every) {
+            if let Some(c) = &mut self.checkpoints {
+                c.take(&self.store, self.seen - 1)?;
+            }
         }
         match self.form {
             Form::ListAdd => self.history.add(&key, event)?,
@@ -139,6 +134,14 @@ impl Backend for Embedded {
 
     fn tiers(&self) -> Option<TierStats> {
         Some(self.store.stats())
+    }
+
+    fn finish(&mut self) -> Result<Option<CheckpointFigures>, BenchError> {
+        let Some(mut c) = self.checkpoints.take() else {
+            return Ok(None);
+        };
+        c.take(&self.store, self.seen)?;
+        Ok(Some(c.figures()))
     }
 }
 

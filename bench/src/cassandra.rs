@@ -1,9 +1,8 @@
 //! The two baselines and modes that need Cassandra:
 //!
 //! * `l3` — strata's store with a cold tier: [`crate::backends::Embedded`]
-//!   plus a [`CassandraTier`] and an L2 capacity, checkpointing every
-//!   [`CHECKPOINT_EVERY`] events per worker (a completed checkpoint moves
-//!   the coldest keys beyond the capacity to Cassandra);
+//!   plus a [`CassandraTier`] and an L2 capacity (each completed checkpoint
+//!   moves the coldest keys beyond the capacity to Cassandra);
 //! * `cassandra-per-record` — the user's current design: every event reads
 //!   the user's history from Cassandra and writes back (one row per event
 //!   for the list-add form, the whole list as one blob for the naive form),
@@ -17,9 +16,6 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::{CqlValue, Row};
 use std::sync::Arc;
 use strata_cache::l3::{CassandraTier, L3Config};
-
-/// Events a worker applies between two checkpoints in the `l3` mode.
-pub const CHECKPOINT_EVERY: u64 = 100_000;
 
 /// Where Cassandra is and which keyspace a run uses.
 #[derive(Debug, Clone)]

@@ -16,6 +16,8 @@
 
 mod backends;
 mod cassandra;
+mod checkpointing;
+mod plots;
 mod report;
 mod runner;
 mod workload;
@@ -60,6 +62,16 @@ struct Args {
     /// Event times spread over this many days.
     #[arg(long, default_value_t = 120)]
     spread_days: u64,
+    /// Events each worker applies between two checkpoints in the tiered
+    /// modes (`embedded`, `l3`); a last checkpoint follows the last event.
+    /// In the `l3` mode each completed checkpoint moves cold users to
+    /// Cassandra. 0: only the last checkpoint.
+    #[arg(long, default_value_t = 100_000)]
+    checkpoint_every: u64,
+    /// Skip the recovery measurement (SIGKILL after the run, then a restore
+    /// from the last checkpoint) of the tiered modes.
+    #[arg(long)]
+    no_recovery: bool,
     /// Worker threads (default: the number of cores).
     #[arg(long)]
     threads: Option<u32>,
@@ -79,6 +91,15 @@ struct Args {
     /// Internal: run one mode and print its report as JSON.
     #[arg(long, hide = true)]
     child: Option<Mode>,
+    /// Internal: restore a killed run of a mode and print the outcome.
+    #[arg(long, hide = true)]
+    recover: Option<Mode>,
+    /// Internal: where a child keeps its state.
+    #[arg(long, hide = true)]
+    state_dir: Option<PathBuf>,
+    /// Internal: names this invocation's Cassandra keyspace.
+    #[arg(long, hide = true, default_value_t = 0)]
+    run_id: i64,
 }
 
 impl Args {
@@ -97,6 +118,7 @@ impl Args {
                     std::thread::available_parallelism().map_or(2, |n| n.get() as u32)
                 })
                 .max(1),
+            checkpoint_every: self.checkpoint_every,
         }
     }
 
@@ -111,12 +133,16 @@ impl Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let result = match args.child {
-        Some(mode) => child(&args, mode),
-        None => report::run_all(
-            &args.modes,
-            &args.out,
-            &args.workload(),
+    let result = match (args.child, args.recover) {
+        (Some(mode), _) => child(&args, mode),
+        (None, Some(mode)) => recover(&args, mode),
+        (None, None) => report::run_all(
+            &report::Plan {
+                modes: &args.modes,
+                out: &args.out,
+                workload: &args.workload(),
+                recovery: !args.no_recovery,
+            },
             std::env::args().skip(1).collect(),
         ),
     };
@@ -129,15 +155,45 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+impl Args {
+    fn state_dir(&self) -> Result<&std::path::Path, backends::BenchError> {
+        self.state_dir
+            .as_deref()
+            .ok_or_else(|| "--state-dir is missing".into())
+    }
+
+    fn target(&self) -> cassandra::Target {
+        cassandra::Target {
+            contact_point: self.cassandra.clone(),
+            keyspace: format!("strata_bench_{}", self.run_id),
+        }
+    }
+}
+
+/// Runs `mode`, prints its report as one JSON line; a tiered mode then goes
+/// on working (without checkpoints) until the parent kills it.
 fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
     let w = args.workload();
-    let dir = args.out.join(format!("state-{}", std::process::id()));
-    let target = cassandra::Target {
-        contact_point: args.cassandra.clone(),
-        keyspace: format!("strata_bench_{}", std::process::id()),
+    let budget = args.budget(w.threads);
+    let (report, backends) = runner::run(mode, args.state_dir()?, &w, budget, &args.target())?;
+    println!("{}", serde_json::to_string(&report)?);
+    std::io::Write::flush(&mut std::io::stdout())?;
+    if mode.is_tiered() && !args.no_recovery {
+        runner::tail(backends, &w)?;
+    }
+    Ok(())
+}
+
+/// Restores a killed run of `mode`: prints `ready` once the state is open
+/// again, then the verification as one JSON line.
+fn recover(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
+    let w = args.workload();
+    let budget = args.budget(w.threads);
+    let ready = || {
+        println!("ready");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
     };
-    let report = runner::run(mode, &dir, &w, args.budget(w.threads), &target);
-    let _ = std::fs::remove_dir_all(&dir);
-    println!("{}", serde_json::to_string(&report?)?);
+    let recovery = runner::recover(mode, args.state_dir()?, &w, budget, &args.target(), ready)?;
+    println!("{}", serde_json::to_string(&recovery)?);
     Ok(())
 }

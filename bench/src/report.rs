@@ -1,14 +1,29 @@
-//! Runs every mode in a child process and writes `report.json` and
-//! `report.md`, with each mode's ratio to `rocksdb-raw` and to
+//! Runs every mode in a child process, kills the tiered ones after their
+//! run and times their restore, and writes `report.json`, `report.md` and
+//! the plots, with each mode's ratio to `rocksdb-raw` and to
 //! `cassandra-per-record`.
 
 use crate::backends::BenchError;
-use crate::runner::{Mode, ModeReport};
+use crate::runner::{Mode, ModeReport, Recovery};
 use crate::workload::Workload;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What one invocation runs.
+pub struct Plan<'a> {
+    /// Modes, in order.
+    pub modes: &'a [Mode],
+    /// The report directory.
+    pub out: &'a Path,
+    /// The workload.
+    pub workload: &'a Workload,
+    /// Whether to kill the tiered modes after their run and time the restore.
+    pub recovery: bool,
+}
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -38,36 +53,129 @@ fn mode_name(mode: Mode) -> String {
         .unwrap_or_default()
 }
 
-fn run_child(mode: Mode, args: &[String]) -> Result<ModeReport, BenchError> {
-    let out = Command::new(std::env::current_exe()?)
-        .args(args)
-        .args(["--child", &mode_name(mode)])
-        .stderr(Stdio::inherit())
-        .output()?;
-    if !out.status.success() {
-        return Err(format!("mode {} failed ({})", mode_name(mode), out.status).into());
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
+/// A child process of this binary and the lines it prints.
+struct Process {
+    child: Child,
+    lines: std::io::Lines<std::io::BufReader<ChildStdout>>,
+    what: String,
 }
 
-/// Runs `modes` (each in a child process given `args`) and writes the report into `out`.
-pub fn run_all(
-    modes: &[Mode],
-    out: &Path,
-    w: &Workload,
-    args: Vec<String>,
-) -> Result<(), BenchError> {
+impl Process {
+    fn spawn(args: &[String], extra: &[String], what: String) -> Result<Self, BenchError> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(args)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("no stdout of the child process")?;
+        Ok(Self {
+            child,
+            lines: std::io::BufReader::new(stdout).lines(),
+            what,
+        })
+    }
+
+    /// The next line it prints; an error naming how it ended if none.
+    fn line(&mut self) -> Result<String, BenchError> {
+        match self.lines.next() {
+            Some(line) => Ok(line?),
+            None => Err(format!("{} failed ({})", self.what, self.child.wait()?).into()),
+        }
+    }
+
+    fn wait(mut self) -> Result<(), BenchError> {
+        let status = self.child.wait()?;
+        if !status.success() {
+            return Err(format!("{} failed ({status})", self.what).into());
+        }
+        Ok(())
+    }
+}
+
+/// Runs `mode` in a child process; for a tiered mode, then kills it with
+/// SIGKILL and times a restore from its last checkpoint.
+fn run_mode(
+    mode: Mode,
+    plan: &Plan<'_>,
+    args: &[String],
+    run_id: i64,
+) -> Result<ModeReport, BenchError> {
+    let name = mode_name(mode);
+    let state = plan.out.join(format!("state-{name}"));
+    if state.exists() {
+        std::fs::remove_dir_all(&state)?;
+    }
+    let common = |role: &str| {
+        vec![
+            role.to_owned(),
+            name.clone(),
+            "--state-dir".into(),
+            state.display().to_string(),
+            "--run-id".into(),
+            run_id.to_string(),
+        ]
+    };
+    let mut run = Process::spawn(args, &common("--child"), format!("mode {name}"))?;
+    let mut report: ModeReport = serde_json::from_str(&run.line()?)?;
+    if mode.is_tiered() && plan.recovery {
+        // Let it work on past its last checkpoint, then crash it.
+        std::thread::sleep(Duration::from_secs(1));
+        run.child.kill()?;
+        let killed = Instant::now();
+        run.child.wait()?;
+        let mut restore = Process::spawn(
+            args,
+            &common("--recover"),
+            format!("the restore of mode {name}"),
+        )?;
+        let ready = restore.line()?;
+        let restore_ms = killed.elapsed().as_secs_f64() * 1000.0;
+        if ready != "ready" {
+            return Err(format!("the restore of mode {name} printed '{ready}'").into());
+        }
+        let recovery: Recovery = serde_json::from_str(&restore.line()?)?;
+        restore.wait()?;
+        if !recovery.verified {
+            return Err(format!("mode {name} lost events in its restore: the restored per-user counts do not add up to the {} events its checkpoints hold", recovery.events).into());
+        }
+        report.recovery = Some(Recovery {
+            restore_ms,
+            ..recovery
+        });
+    } else {
+        run.wait()?;
+    }
+    if state.exists() {
+        std::fs::remove_dir_all(&state)?;
+    }
+    Ok(report)
+}
+
+/// Runs the plan's modes (each in a child process given `args`) and writes
+/// the report into its `out`.
+pub fn run_all(plan: &Plan<'_>, args: Vec<String>) -> Result<(), BenchError> {
+    let out = plan.out;
     std::fs::create_dir_all(out)?;
+    let run_id = crate::runner::now_micros();
     let mut results = BTreeMap::new();
-    for &mode in modes {
-        let report = run_child(mode, &args)?;
+    for &mode in plan.modes {
+        let report = run_mode(mode, plan, &args, run_id)?;
         eprintln!(
-            "{:>12}: {:.0} events/s, p99 {:.1} µs, peak RSS {} MB, verified {}",
+            "{:>20}: {:.0} events/s, p99 {:.1} µs, peak RSS {} MB, verified {}{}",
             mode_name(mode),
             report.events_per_sec,
             report.latency_us.p99,
             report.peak_rss_bytes >> 20,
-            report.verified
+            report.verified,
+            report.recovery.as_ref().map_or(String::new(), |r| format!(
+                ", restored after SIGKILL in {:.0} ms",
+                r.restore_ms
+            ))
         );
         if !report.verified {
             return Err(format!(
@@ -93,7 +201,7 @@ pub fn run_all(
         })
         .collect();
     let report = Report {
-        workload: w,
+        workload: plan.workload,
         machine: Machine {
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
             date: String::from_utf8_lossy(
@@ -111,35 +219,72 @@ pub fn run_all(
     std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
     std::fs::write(out.join("report.md"), markdown(&report))?;
     eprintln!("report: {}", out.join("report.md").display());
+    let reports: BTreeMap<&str, &ModeReport> = report
+        .modes
+        .iter()
+        .map(|(k, e)| (k.as_str(), &e.report))
+        .collect();
+    for png in crate::plots::draw(out, &reports)? {
+        eprintln!("plot: {}", png.display());
+    }
     Ok(())
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("–".to_owned(), |x| format!("{:.1}%", x * 100.0))
+}
+
+fn mb(v: Option<u64>) -> String {
+    v.map_or("–".to_owned(), |b| format!("{:.1}", b as f64 / 1e6))
+}
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".to_owned(), |x| format!("{x:.digits$}"))
 }
 
 fn markdown(r: &Report<'_>) -> String {
     let w = r.workload;
     let mut md = format!(
-        "# strata-bench report\n\n{} users, {} events, form {:?}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers; {} cores, {}.\n\n\
-         | mode | events/s | ratio to rocksdb-raw | ratio to cassandra-per-record | p50 µs | p99 µs | p99.9 µs | peak RSS MB | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | moved to L3 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-        w.users, w.events, w.form, w.zipf, w.payload, w.history_days, w.spread_days, w.threads, r.machine.cores, r.machine.date
+        "# strata-bench report\n\n{} users, {} events, form {:?}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers, a checkpoint every {} events per worker; {} cores, {}.\n\n\
+         ## Throughput and latency\n\n\
+         | mode | events/s | ratio to rocksdb-raw | ratio to cassandra-per-record | p50 µs | p99 µs | p99.9 µs | peak RSS MB |\n|---|---|---|---|---|---|---|---|\n",
+        w.users, w.events, w.form, w.zipf, w.payload, w.history_days, w.spread_days, w.threads, w.checkpoint_every, r.machine.cores, r.machine.date
     );
-    let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("–".to_owned(), f);
     for (name, e) in &r.modes {
         let m = &e.report;
         md += &format!(
-            "| {name} | {:.0} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {name} | {:.0} | {} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
             m.events_per_sec,
-            opt(e.ratio_to_rocksdb_raw, |x| format!("{x:.2}")),
-            opt(e.ratio_to_cassandra_per_record, |x| format!("{x:.1}")),
+            num(e.ratio_to_rocksdb_raw, 2),
+            num(e.ratio_to_cassandra_per_record, 1),
             m.latency_us.p50,
             m.latency_us.p99,
             m.latency_us.p999,
             m.peak_rss_bytes >> 20,
-            opt(m.l1_hit_ratio, |x| format!("{:.1}%", x * 100.0)),
-            opt(m.l2_hit_ratio, |x| format!("{:.1}%", x * 100.0)),
-            opt(m.l3_hit_ratio, |x| format!("{:.1}%", x * 100.0)),
-            opt(m.l1_bytes.map(|b| b as f64), |b| format!("{:.0}", b / 1e6)),
-            opt(m.l2_bytes.map(|b| b as f64), |b| format!("{:.0}", b / 1e6)),
-            opt(m.l3_evictions.map(|n| n as f64), |n| format!("{n:.0}")),
         );
     }
+    md += "\n## Tiers, checkpoints and recovery\n\n\
+           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | keys moved to L3 | checkpoints | checkpoint ms mean / max | last checkpoint MB (new) | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (name, e) in r.modes.iter().filter(|(_, e)| e.report.l1_bytes.is_some()) {
+        let m = &e.report;
+        let c = m.checkpoints.as_ref();
+        md += &format!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} ({}) | {} |\n",
+            pct(m.l1_hit_ratio),
+            pct(m.l2_hit_ratio),
+            pct(m.l3_hit_ratio),
+            mb(m.l1_bytes),
+            mb(m.l2_bytes),
+            mb(m.l3_bytes),
+            m.l3_evictions.map_or("–".to_owned(), |n| n.to_string()),
+            c.map_or("–".to_owned(), |c| c.count.to_string()),
+            num(c.map(|c| c.mean_ms), 0),
+            num(c.map(|c| c.max_ms), 0),
+            mb(c.map(|c| c.last_bytes)),
+            mb(c.map(|c| c.last_new_bytes)),
+            num(m.recovery.as_ref().map(|r| r.restore_ms), 0),
+        );
+    }
+    md += "\nPlots: `throughput.png` (events/s over time), `latency_cdf.png` (per-event latency distribution), `tier_sizes.png` (bytes per tier over time).\n";
     md
 }

@@ -1,14 +1,18 @@
 //! Runs one mode over the workload in this process and measures it:
-//! events/s, per-event latency (HdrHistogram), peak RSS, tier figures, and a
-//! verification that every event was counted.
+//! events/s, per-event latency (HdrHistogram), a timeline of progress and
+//! tier sizes, peak RSS, tier and checkpoint figures, and a verification
+//! that every event was counted. [`recover`] restores a killed run's
+//! workers from their last checkpoints and verifies them.
 
 use crate::backends::{Backend, BenchError, Budget, Embedded, Memory, RocksDbRaw};
 use crate::cassandra::{PerRecord, Target};
+use crate::checkpointing::CheckpointFigures;
 use crate::workload::Workload;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use strata_cache::TierStats;
 
 /// The modes this harness can run.
@@ -27,6 +31,13 @@ pub enum Mode {
     CassandraPerRecord,
 }
 
+impl Mode {
+    /// Whether the mode checkpoints (and so can be restored after a crash).
+    pub fn is_tiered(self) -> bool {
+        matches!(self, Mode::Embedded | Mode::L3)
+    }
+}
+
 /// Per-event latency percentiles, microseconds.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Latency {
@@ -38,8 +49,35 @@ pub struct Latency {
     pub p999: f64,
 }
 
+/// Progress and tier sizes at one moment of a run (all workers).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub secs: f64,
+    /// Events applied so far.
+    pub events: u64,
+    /// Bytes in L1.
+    pub l1_bytes: u64,
+    /// Bytes in L2.
+    pub l2_bytes: u64,
+    /// Bytes moved to L3 so far (encoded, before Cassandra's compression).
+    pub l3_bytes: u64,
+}
+
+/// A restore after SIGKILL (tiered modes).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Recovery {
+    /// From the SIGKILL to every worker's state restored from its last
+    /// checkpoint and open again (process start included), milliseconds.
+    pub restore_ms: f64,
+    /// Events the restored checkpoints hold.
+    pub events: u64,
+    /// Whether the restored per-user counts add up to those events.
+    pub verified: bool,
+}
+
 /// One mode's figures.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModeReport {
     /// Events applied.
     pub events: u64,
@@ -65,6 +103,21 @@ pub struct ModeReport {
     /// Keys moved from L2 to L3 (`l3` mode).
     #[serde(default)]
     pub l3_evictions: Option<u64>,
+    /// Bytes moved from L2 to L3 (`l3` mode).
+    #[serde(default)]
+    pub l3_bytes: Option<u64>,
+    /// Checkpoints (tiered modes).
+    #[serde(default)]
+    pub checkpoints: Option<CheckpointFigures>,
+    /// The restore after SIGKILL (tiered modes, filled in by the parent).
+    #[serde(default)]
+    pub recovery: Option<Recovery>,
+    /// The latency distribution: (quantile, microseconds) pairs.
+    #[serde(default)]
+    pub latency_cdf: Vec<(f64, f64)>,
+    /// About one sample a second.
+    #[serde(default)]
+    pub timeline: Vec<Sample>,
 }
 
 fn open(
@@ -94,32 +147,86 @@ pub fn now_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-struct Worker {
+/// A worker's finished run; its backend stays open (see [`tail`]).
+pub struct Worker {
     histogram: Histogram<u64>,
     events: u64,
     counted: u64,
     tiers: Option<TierStats>,
+    checkpoints: Option<CheckpointFigures>,
+    backend: Box<dyn Backend>,
+}
+
+/// What a worker publishes for the sampler.
+#[derive(Default)]
+struct Gauges {
+    events: AtomicU64,
+    l1_bytes: AtomicU64,
+    l2_bytes: AtomicU64,
+    l3_bytes: AtomicU64,
+}
+
+impl Gauges {
+    fn publish(&self, applied: u64, backend: &dyn Backend) {
+        self.events.store(applied, Ordering::Relaxed);
+        if let Some(t) = backend.tiers() {
+            self.l1_bytes.store(t.l1_bytes, Ordering::Relaxed);
+            self.l2_bytes.store(t.l2_bytes, Ordering::Relaxed);
+            self.l3_bytes.store(t.l3_evicted_bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn sample(all: &[Gauges], secs: f64) -> Sample {
+        let sum =
+            |f: fn(&Gauges) -> &AtomicU64| all.iter().map(|g| f(g).load(Ordering::Relaxed)).sum();
+        Sample {
+            secs,
+            events: sum(|g| &g.events),
+            l1_bytes: sum(|g| &g.l1_bytes),
+            l2_bytes: sum(|g| &g.l2_bytes),
+            l3_bytes: sum(|g| &g.l3_bytes),
+        }
+    }
+}
+
+/// Events between two updates of the progress bar and the gauges.
+const PUBLISH_EVERY: u64 = 1024;
+
+fn worker_dir(dir: &Path, thread: u32) -> std::path::PathBuf {
+    dir.join(format!("worker-{thread}"))
+}
+
+struct Context<'a> {
+    mode: Mode,
+    dir: &'a Path,
+    w: &'a Workload,
+    budget: Budget,
+    target: &'a Target,
+}
+
+impl Context<'_> {
+    fn open(&self, thread: u32) -> Result<Box<dyn Backend>, BenchError> {
+        let dir = worker_dir(self.dir, thread);
+        open(self.mode, &dir, self.w, self.budget, self.target, thread)
+    }
+}
+
+fn count_all(
+    backend: &mut dyn Backend,
+    users: impl Iterator<Item = u64>,
+) -> Result<u64, BenchError> {
+    users.map(|u| backend.count(u)).sum()
 }
 
 fn work(
-    mode: Mode,
-    dir: &Path,
-    w: &Workload,
+    cx: &Context<'_>,
     thread: u32,
-    budget: Budget,
-    target: &Target,
+    gauges: &Gauges,
     progress: &indicatif::ProgressBar,
 ) -> Result<Worker, BenchError> {
-    let mut backend = open(
-        mode,
-        &dir.join(format!("worker-{thread}")),
-        w,
-        budget,
-        target,
-        thread,
-    )?;
+    let mut backend = cx.open(thread)?;
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-    let events = w.events(thread);
+    let events = cx.w.events(thread);
     let users: Vec<u64> = events.users().collect();
     let mut applied: u64 = 0;
     for (user, event) in events {
@@ -127,20 +234,37 @@ fn work(
         backend.apply(user, event)?;
         histogram.saturating_record(started.elapsed().as_nanos() as u64);
         applied += 1;
-        if applied.is_multiple_of(4096) {
-            progress.inc(4096);
+        if applied.is_multiple_of(PUBLISH_EVERY) {
+            progress.inc(PUBLISH_EVERY);
+            gauges.publish(applied, backend.as_ref());
         }
     }
-    let mut counted = 0;
-    for user in users {
-        counted += backend.count(user)?;
-    }
+    let checkpoints = backend.finish()?;
+    gauges.publish(applied, backend.as_ref());
+    let counted = count_all(backend.as_mut(), users.into_iter())?;
     Ok(Worker {
         histogram,
         events: applied,
         counted,
         tiers: backend.tiers(),
+        checkpoints,
+        backend,
     })
+}
+
+/// Takes a sample about once a second until `done`.
+fn sample_until(done: &AtomicBool, gauges: &[Gauges], started: Instant) -> Vec<Sample> {
+    let mut samples = vec![Sample::default()];
+    let mut next = Duration::from_secs(1);
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        if started.elapsed() >= next {
+            samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
+            next += Duration::from_secs(1);
+        }
+    }
+    samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
+    samples
 }
 
 fn peak_rss() -> u64 {
@@ -154,15 +278,8 @@ fn peak_rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Runs `mode` with one thread per worker, state under `dir`.
-pub fn run(
-    mode: Mode,
-    dir: &Path,
-    w: &Workload,
-    budget: Budget,
-    target: &Target,
-) -> Result<ModeReport, BenchError> {
-    let progress = indicatif::ProgressBar::new(w.events);
+fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
+    let progress = indicatif::ProgressBar::new(len);
     progress.set_style(
         indicatif::ProgressStyle::with_template(
             "{prefix:>12} [{bar:30}] {pos}/{len} {per_sec} ETA {eta}",
@@ -170,25 +287,47 @@ pub fn run(
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     progress.set_prefix(format!("{mode:?}"));
+    progress
+}
+
+/// Runs `mode` with one thread per worker, state under `dir`; returns the
+/// report and the workers' open backends.
+pub fn run(
+    mode: Mode,
+    dir: &Path,
+    w: &Workload,
+    budget: Budget,
+    target: &Target,
+) -> Result<(ModeReport, Vec<Box<dyn Backend>>), BenchError> {
+    let cx = Context {
+        mode,
+        dir,
+        w,
+        budget,
+        target,
+    };
+    let progress = progress_bar(mode, w.events);
+    let gauges: Vec<Gauges> = (0..w.threads).map(|_| Gauges::default()).collect();
+    let done = AtomicBool::new(false);
     let started = Instant::now();
-    let workers: Vec<Result<Worker, BenchError>> = std::thread::scope(|s| {
+    let (workers, timeline): (Vec<Result<Worker, BenchError>>, _) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| sample_until(&done, &gauges, started));
         let handles: Vec<_> = (0..w.threads)
             .map(|t| {
-                s.spawn({
-                    let p = &progress;
-                    move || work(mode, dir, w, t, budget, target, p)
-                })
+                let (cx, g, p) = (&cx, &gauges[t as usize], &progress);
+                s.spawn(move || work(cx, t, g, p))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".into())))
-            .collect()
+        let workers = join_all(handles);
+        done.store(true, Ordering::Relaxed);
+        (workers, sampler.join().unwrap_or_default())
     });
     let secs = started.elapsed().as_secs_f64();
     progress.finish_and_clear();
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-    let (mut events, mut counted, mut tiers) = (0, 0, None::<TierStats>);
+    let (mut events, mut counted, mut tiers, mut checkpoints) =
+        (0, 0, None::<TierStats>, None::<CheckpointFigures>);
+    let mut backends = Vec::new();
     for worker in workers {
         let worker = worker?;
         histogram.add(&worker.histogram)?;
@@ -197,9 +336,16 @@ pub fn run(
         if let Some(t) = worker.tiers {
             tiers.get_or_insert_with(TierStats::default).merge(&t);
         }
+        if let Some(c) = worker.checkpoints {
+            checkpoints
+                .get_or_insert_with(CheckpointFigures::default)
+                .merge(&c);
+        }
+        backends.push(worker.backend);
     }
     let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
-    Ok(ModeReport {
+    let l3 = tiers.filter(|_| mode == Mode::L3);
+    let report = ModeReport {
         events,
         events_per_sec: events as f64 / secs,
         latency_us: Latency {
@@ -213,7 +359,109 @@ pub fn run(
         l2_hit_ratio: tiers.map(|t| t.l2_hit_ratio()),
         l1_bytes: tiers.map(|t| t.l1_bytes),
         l2_bytes: tiers.map(|t| t.l2_bytes),
-        l3_hit_ratio: tiers.filter(|_| mode == Mode::L3).map(|t| t.l3_hit_ratio()),
-        l3_evictions: tiers.filter(|_| mode == Mode::L3).map(|t| t.l3_evictions),
+        l3_hit_ratio: l3.map(|t| t.l3_hit_ratio()),
+        l3_evictions: l3.map(|t| t.l3_evictions),
+        l3_bytes: l3.map(|t| t.l3_evicted_bytes),
+        checkpoints,
+        recovery: None,
+        latency_cdf: latency_cdf(&histogram),
+        timeline,
+    };
+    Ok((report, backends))
+}
+
+/// The distribution as (quantile, microseconds) pairs, finest in the tail;
+/// of equal latencies only the highest quantile is kept.
+fn latency_cdf(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    let mut points: Vec<(f64, f64)> = Vec::new();
+    for v in h.iter_quantiles(2) {
+        let point = (
+            v.quantile_iterated_to(),
+            v.value_iterated_to() as f64 / 1000.0,
+        );
+        match points.last_mut() {
+            Some(last) if last.1 == point.1 => *last = point,
+            _ => points.push(point),
+        }
+    }
+    points
+}
+
+/// Keeps applying the workload's events again (without checkpoints) to the
+/// workers' backends until the process is killed: the work a crash loses.
+pub fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchError> {
+    std::thread::scope(|s| {
+        for (t, mut backend) in backends.into_iter().enumerate() {
+            s.spawn(move || -> Result<(), BenchError> {
+                loop {
+                    for (user, event) in w.events(t as u32) {
+                        backend.apply(user, event)?;
+                    }
+                }
+            });
+        }
+    });
+    Err("the tail work after the run stopped".into())
+}
+
+/// A restored worker's backend and the events its checkpoint holds.
+type Restored = (Box<dyn Backend>, u64);
+
+/// Every worker's outcome, a panic as an error.
+fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, BenchError>>>,
+) -> Vec<Result<T, BenchError>> {
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".into())))
+        .collect()
+}
+
+/// Restores every worker of a killed `mode` run under `dir` from its last
+/// checkpoint, calls `ready` once all are open, then verifies that the
+/// restored per-user counts add up to the events the checkpoints hold.
+pub fn recover(
+    mode: Mode,
+    dir: &Path,
+    w: &Workload,
+    budget: Budget,
+    target: &Target,
+    ready: impl FnOnce(),
+) -> Result<Recovery, BenchError> {
+    let cx = Context {
+        mode,
+        dir,
+        w,
+        budget,
+        target,
+    };
+    let restored: Vec<Result<Restored, BenchError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..w.threads)
+            .map(|t| {
+                let cx = &cx;
+                s.spawn(move || {
+                    let wd = worker_dir(cx.dir, t);
+                    let latest =
+                        crate::checkpointing::restore(&wd.join("checkpoints"), &wd.join("l2"))?;
+                    Ok((cx.open(t)?, latest.events))
+                })
+            })
+            .collect();
+        join_all(handles)
+    });
+    let mut workers = Vec::new();
+    for r in restored {
+        workers.push(r?);
+    }
+    ready();
+    let (mut events, mut counted) = (0, 0);
+    for (t, (mut backend, held)) in workers.into_iter().enumerate() {
+        events += held;
+        counted += count_all(backend.as_mut(), w.events(t as u32).users())?;
+    }
+    Ok(Recovery {
+        restore_ms: 0.0,
+        events,
+        verified: counted == events && events == w.events,
     })
 }

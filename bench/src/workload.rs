@@ -48,6 +48,9 @@ pub struct Workload {
     pub form: Form,
     /// Worker threads (the parallelism).
     pub threads: u32,
+    /// Events a worker applies between two checkpoints in the tiered modes
+    /// (0: only the last one, after the last event).
+    pub checkpoint_every: u64,
 }
 
 /// Milliseconds in a day.

@@ -1,27 +1,17 @@
 //! The load-test harness runs every mode on the same events and reports
 //! figures that hold together: all events counted, percentiles ordered,
-//! ratios against the rocksdb-raw baseline of the same run.
+//! ratios against the baselines of the same run, checkpoints taken, a
+//! restore after SIGKILL that holds every checkpointed event, and plots.
 
 use strata_tests::workspace_bin;
 
-fn run_bench(form: &str) -> serde_json::Value {
+/// Runs strata-bench with `args` (plus `--out`); returns report.json and
+/// checks that report.md names every mode and that the plots are PNGs.
+fn run_bench(args: &[&str], modes: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(workspace_bin("strata-bench"))
-        .args([
-            "--users",
-            "2000",
-            "--events",
-            "60000",
-            "--zipf",
-            "1.0",
-            "--form",
-            form,
-            "--modes",
-            "embedded,rocksdb-raw,memory",
-            "--l1",
-            "256KB",
-            "--out",
-        ])
+        .args(args)
+        .args(["--modes", &modes.join(","), "--out"])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -33,31 +23,103 @@ fn run_bench(form: &str) -> serde_json::Value {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
-    for mode in ["embedded", "rocksdb-raw", "memory"] {
+    for mode in modes {
         assert!(md.contains(&format!("| {mode} |")), "{md}");
     }
+    for plot in ["throughput.png", "latency_cdf.png", "tier_sizes.png"] {
+        let png = std::fs::read(dir.path().join(plot)).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{plot} is no PNG");
+        assert!(png.len() > 10_000, "{plot} is nearly empty");
+    }
     report
+}
+
+fn run_local(form: &str) -> serde_json::Value {
+    let args = [
+        "--users",
+        "2000",
+        "--events",
+        "60000",
+        "--zipf",
+        "1.0",
+        "--form",
+        form,
+        "--l1",
+        "256KB",
+        "--checkpoint-every",
+        "10000",
+    ];
+    run_bench(&args, &["embedded", "rocksdb-raw", "memory"])
+}
+
+/// The figures every mode reports, for a run of `events`.
+fn check_mode(name: &str, m: &serde_json::Value, events: u64) {
+    assert_eq!(m["events"], events, "{name}");
+    assert_eq!(
+        m["verified"], true,
+        "{name}: every event must be counted once"
+    );
+    assert!(m["events_per_sec"].as_f64().unwrap() > 0.0);
+    let l = &m["latency_us"];
+    let (p50, p99, p999) = (
+        l["p50"].as_f64().unwrap(),
+        l["p99"].as_f64().unwrap(),
+        l["p999"].as_f64().unwrap(),
+    );
+    assert!(p50 <= p99 && p99 <= p999, "{name}: {l}");
+    assert!(m["peak_rss_bytes"].as_u64().unwrap() > 0);
+    let timeline = m["timeline"].as_array().unwrap();
+    let last = timeline.last().unwrap();
+    assert_eq!(
+        last["events"], events,
+        "{name}: the last sample sees every event"
+    );
+    let counts: Vec<u64> = timeline
+        .iter()
+        .map(|s| s["events"].as_u64().unwrap())
+        .collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] <= w[1]),
+        "{name}: {counts:?}"
+    );
+    let cdf = m["latency_cdf"].as_array().unwrap();
+    let pairs: Vec<(f64, f64)> = cdf
+        .iter()
+        .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+        .collect();
+    assert!(
+        pairs
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1),
+        "{name}: {pairs:?}"
+    );
+    assert_eq!(pairs.last().unwrap().0, 1.0, "{name}: the CDF reaches 100%");
+}
+
+/// A tiered mode's checkpoints and its restore after SIGKILL: the restored
+/// state holds every event of the last checkpoint, taken after the last
+/// event.
+fn check_checkpoints(name: &str, m: &serde_json::Value, events: u64, every: u64) {
+    let c = &m["checkpoints"];
+    let per_worker = events / 2;
+    assert_eq!(c["count"], 2 * (per_worker / every + 1), "{name}: {c}");
+    assert!(c["mean_ms"].as_f64().unwrap() > 0.0, "{name}: {c}");
+    assert!(c["max_ms"].as_f64().unwrap() >= c["mean_ms"].as_f64().unwrap());
+    assert!(c["last_bytes"].as_u64().unwrap() > 0, "{name}: {c}");
+    let r = &m["recovery"];
+    assert_eq!(r["verified"], true, "{name}: {r}");
+    assert_eq!(r["events"], events, "{name}: {r}");
+    assert!(r["restore_ms"].as_f64().unwrap() > 0.0, "{name}: {r}");
 }
 
 fn check(report: &serde_json::Value) {
     let modes = report["modes"].as_object().unwrap();
     assert_eq!(modes.len(), 3);
     for (name, m) in modes {
-        assert_eq!(m["events"], 60000, "{name}");
-        assert_eq!(
-            m["verified"], true,
-            "{name}: every event must be counted once"
-        );
-        assert!(m["events_per_sec"].as_f64().unwrap() > 0.0);
-        let l = &m["latency_us"];
-        let (p50, p99, p999) = (
-            l["p50"].as_f64().unwrap(),
-            l["p99"].as_f64().unwrap(),
-            l["p999"].as_f64().unwrap(),
-        );
-        assert!(p50 <= p99 && p99 <= p999, "{name}: {l}");
-        assert!(m["peak_rss_bytes"].as_u64().unwrap() > 0);
+        check_mode(name, m, 60000);
     }
+    check_checkpoints("embedded", &modes["embedded"], 60000, 10000);
+    assert!(modes["memory"]["recovery"].is_null());
     assert_eq!(modes["rocksdb-raw"]["ratio_to_rocksdb_raw"], 1.0);
     let embedded = &modes["embedded"];
     assert!(
@@ -72,10 +134,46 @@ fn check(report: &serde_json::Value) {
 
 #[test]
 fn every_mode_counts_every_event_in_the_list_add_form() {
-    check(&run_bench("list-add"));
+    check(&run_local("list-add"));
 }
 
 #[test]
 fn every_mode_counts_every_event_in_the_naive_form() {
-    check(&run_bench("naive"));
+    check(&run_local("naive"));
+}
+
+/// The modes that need Cassandra (a real node; under CI it must be up):
+/// `l3` moves users to Cassandra at checkpoint completions and restores
+/// after SIGKILL with every event counted, reading moved users back from
+/// Cassandra; `cassandra-per-record` is the baseline the ratios use.
+#[test]
+fn l3_and_cassandra_per_record_modes_count_every_event() {
+    let cassandra = strata_tests::cassandra::contact_point();
+    let args = [
+        "--users",
+        "1000",
+        "--events",
+        "16000",
+        "--l1",
+        "64KB",
+        "--l2-capacity",
+        "64KB",
+        "--checkpoint-every",
+        "2000",
+        "--cassandra",
+        &cassandra,
+    ];
+    let report = run_bench(&args, &["l3", "cassandra-per-record"]);
+    let modes = report["modes"].as_object().unwrap();
+    for (name, m) in modes {
+        check_mode(name, m, 16000);
+    }
+    let l3 = &modes["l3"];
+    check_checkpoints("l3", l3, 16000, 2000);
+    assert!(l3["l3_evictions"].as_u64().unwrap() > 0, "{l3}");
+    assert!(l3["l3_bytes"].as_u64().unwrap() > 0, "{l3}");
+    assert_eq!(
+        modes["cassandra-per-record"]["ratio_to_cassandra_per_record"],
+        1.0
+    );
 }
