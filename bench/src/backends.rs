@@ -25,6 +25,11 @@ pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
 pub trait Backend: Send {
     /// Applies one event of `user`.
     fn apply(&mut self, user: u64, event: Event) -> Result<(), BenchError>;
+    /// Reads ahead what applying events of `users` will need from a cold
+    /// tier, as the runtime does before each batch of records.
+    fn prefetch(&mut self, _users: &[u64]) -> Result<(), BenchError> {
+        Ok(())
+    }
     /// The user's event count (for verification).
     fn count(&mut self, user: u64) -> Result<u64, BenchError>;
     /// Tier figures, where the backend has tiers.
@@ -51,13 +56,18 @@ pub struct Budget {
 
 const KEEP_NAIVE: usize = 100;
 
+/// The history state of the update form: a list appended to, or the
+/// naive form's whole list as one value.
+enum History {
+    Add(ListState<Event>),
+    Naive(ValueState<Vec<Event>>),
+}
+
 /// strata's tiered store.
 pub struct Embedded {
     store: StateStore,
-    history: ListState<Event>,
-    recent: ValueState<Vec<Event>>,
+    history: History,
     count: ValueState<u64>,
-    form: Form,
     seen: u64,
     /// Checkpoints every `w.checkpoint_every` events, until [`Backend::finish`].
     checkpoints: Option<Checkpointing>,
@@ -80,19 +90,24 @@ impl Embedded {
         if let Some(cold) = cold {
             builder = builder.cold_tier(cold).l2_capacity(budget.l2_capacity);
         }
+        // Only the states the form uses: read-ahead asks L3 for each.
+        let history = match w.form {
+            Form::ListAdd => StateDescriptor::list("history"),
+            Form::Naive => StateDescriptor::value("history"),
+        };
         let store = builder
             .l1_capacity(budget.l1_bytes)
             .l2_memory(budget.l2_bytes)
-            .state(StateDescriptor::list("history").with_ttl(ttl))
-            .state(StateDescriptor::value("recent").with_ttl(ttl))
+            .state(history.with_ttl(ttl))
             .state(StateDescriptor::value("count"))
             .open()?;
         Ok(Self {
-            history: store.list_state("history")?,
-            recent: store.value_state("recent")?,
+            history: match w.form {
+                Form::ListAdd => History::Add(store.list_state("history")?),
+                Form::Naive => History::Naive(store.value_state("history")?),
+            },
             count: store.value_state("count")?,
             store,
-            form: w.form,
             seen: 0,
             checkpoints: Some(Checkpointing::new(dir.join("checkpoints"))?),
             checkpoint_every: w.checkpoint_every,
@@ -113,19 +128,24 @@ impl Backend for Embedded {
                 c.take(&self.store, self.seen - 1)?;
             }
         }
-        match self.form {
-            Form::ListAdd => self.history.add(&key, event)?,
-            Form::Naive => {
-                let mut recent = self.recent.get(&key)?.unwrap_or_default();
-                recent.push(event);
-                if recent.len() > KEEP_NAIVE {
-                    recent.remove(0);
+        match &self.history {
+            History::Add(list) => list.add(&key, event)?,
+            History::Naive(recent) => {
+                let mut events = recent.get(&key)?.unwrap_or_default();
+                events.push(event);
+                if events.len() > KEEP_NAIVE {
+                    events.remove(0);
                 }
-                self.recent.update(&key, recent)?;
+                recent.update(&key, events)?;
             }
         }
         let n = self.count.get(&key)?.unwrap_or(0);
         Ok(self.count.update(&key, n + 1)?)
+    }
+
+    fn prefetch(&mut self, users: &[u64]) -> Result<(), BenchError> {
+        let keys: Vec<[u8; 8]> = users.iter().map(|u| u.to_be_bytes()).collect();
+        Ok(self.store.prefetch(keys.iter().map(|k| k.as_slice()))?)
     }
 
     fn count(&mut self, user: u64) -> Result<u64, BenchError> {

@@ -37,22 +37,21 @@ pub struct CheckpointFigures {
     pub max_ms: f64,
     /// Full size of the last checkpoint of every worker, bytes.
     pub last_bytes: u64,
-    /// Bytes the last checkpoints newly stored (the incremental size).
-    pub last_new_bytes: u64,
+    /// Mean bytes a checkpoint newly stored (its incremental size).
+    pub mean_new_bytes: f64,
 }
 
 impl CheckpointFigures {
     /// Adds another worker's figures.
     pub fn merge(&mut self, o: &CheckpointFigures) {
         let count = self.count + o.count;
-        if count > 0 {
-            self.mean_ms =
-                (self.mean_ms * self.count as f64 + o.mean_ms * o.count as f64) / count as f64;
-        }
+        let mean =
+            |a: f64, b: f64| (a * self.count as f64 + b * o.count as f64) / count.max(1) as f64;
+        self.mean_ms = mean(self.mean_ms, o.mean_ms);
+        self.mean_new_bytes = mean(self.mean_new_bytes, o.mean_new_bytes);
         self.count = count;
         self.max_ms = self.max_ms.max(o.max_ms);
         self.last_bytes += o.last_bytes;
-        self.last_new_bytes += o.last_new_bytes;
     }
 }
 
@@ -99,14 +98,15 @@ impl Checkpointing {
         std::fs::write(&path, serde_json::to_vec(&latest)?).map_err(io(&path))?;
         self.drop_older(&latest)?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let last_bytes = latest.manifest.total_bytes();
         self.figures.merge(&CheckpointFigures {
             count: 1,
             mean_ms: ms,
             max_ms: ms,
-            ..CheckpointFigures::default()
+            last_bytes: 0,
+            mean_new_bytes: upload.new_bytes as f64,
         });
-        self.figures.last_bytes = latest.manifest.total_bytes();
-        self.figures.last_new_bytes = upload.new_bytes;
+        self.figures.last_bytes = last_bytes;
         store.checkpoint_completed(self.id)?;
         Ok(())
     }

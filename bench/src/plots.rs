@@ -4,8 +4,8 @@
 //! * `latency_cdf.png` — the per-event latency distribution: latency on a
 //!   log scale against the percentile on a scale of nines (p90, p99,
 //!   p99.9 … equally spaced), so the tail shows;
-//! * `tier_sizes.png` — MB in L1 and L2, and moved to L3, over time (the
-//!   tiered modes).
+//! * `tier_sizes.png` — MB in L1 and L2, moved to L3, and the process's
+//!   resident set, over time (the tiered modes).
 //!
 //! Text needs a TrueType font: DejaVu Sans (Debian `fonts-dejavu-core`,
 //! installed by `scripts/setup.sh`) or the file `STRATA_BENCH_FONT` names.
@@ -69,7 +69,7 @@ pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<PathB
         ),
         (
             "tier_sizes.png",
-            "Bytes per tier",
+            "Bytes per tier, and resident set",
             "seconds",
             "MB",
             tier_sizes(modes),
@@ -123,10 +123,11 @@ fn latency(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
 }
 
 fn tier_sizes(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
-    let tiers: [(&str, Gauge); 3] = [
+    let tiers: [(&str, Gauge); 4] = [
         ("L1", |s| s.l1_bytes),
         ("L2", |s| s.l2_bytes),
         ("moved to L3", |s| s.l3_bytes),
+        ("RSS", |s| s.rss_bytes),
     ];
     let mut series = Vec::new();
     for (name, m) in modes.iter().filter(|(_, m)| m.l1_bytes.is_some()) {

@@ -264,12 +264,12 @@ fn markdown(r: &Report<'_>) -> String {
         );
     }
     md += "\n## Tiers, checkpoints and recovery\n\n\
-           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | keys moved to L3 | checkpoints | checkpoint ms mean / max | last checkpoint MB (new) | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | keys moved to L3 | checkpoints | checkpoint ms mean / max | last checkpoint MB | mean new MB per checkpoint | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (name, e) in r.modes.iter().filter(|(_, e)| e.report.l1_bytes.is_some()) {
         let m = &e.report;
         let c = m.checkpoints.as_ref();
         md += &format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} ({}) | {} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |\n",
             pct(m.l1_hit_ratio),
             pct(m.l2_hit_ratio),
             pct(m.l3_hit_ratio),
@@ -281,10 +281,10 @@ fn markdown(r: &Report<'_>) -> String {
             num(c.map(|c| c.mean_ms), 0),
             num(c.map(|c| c.max_ms), 0),
             mb(c.map(|c| c.last_bytes)),
-            mb(c.map(|c| c.last_new_bytes)),
+            num(c.map(|c| c.mean_new_bytes / 1e6), 1),
             num(m.recovery.as_ref().map(|r| r.restore_ms), 0),
         );
     }
-    md += "\nPlots: `throughput.png` (events/s over time), `latency_cdf.png` (per-event latency distribution), `tier_sizes.png` (bytes per tier over time).\n";
+    md += "\nPlots: `throughput.png` (events/s over time), `latency_cdf.png` (per-event latency distribution), `tier_sizes.png` (bytes per tier and resident set over time).\n";
     md
 }

@@ -113,7 +113,10 @@ impl Iterator for Events {
             None => self.rng.random_range(0..self.users_here),
         };
         let ts = EPOCH_2026 + (self.next as f64 * self.step_ms) as i64;
-        let payload = vec![(self.next % 251) as u8; self.payload];
+        // Random bytes: compression must not make the state look smaller
+        // than a real event history would be.
+        let mut payload = vec![0; self.payload];
+        self.rng.fill(payload.as_mut_slice());
         self.next += 1;
         Some((local * self.threads + self.thread, Event { ts, payload }))
     }

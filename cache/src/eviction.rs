@@ -33,6 +33,9 @@ const PENDING_KEY: &[u8] = b"strata.pending-eviction";
 /// At most this many bytes are picked at one checkpoint (they are held in
 /// memory until the checkpoint completes).
 const MAX_PICK_BYTES: u64 = 64 << 20;
+/// Picked keys are moved this many at a time (written to L3, then removed
+/// from L2), so that the L3 requests in flight stay small in memory.
+const MOVE_CHUNK: usize = 2048;
 /// A pick brings L2 down to this fraction of its capacity, so that a store
 /// hovering at its capacity does not evict at every checkpoint.
 const LOW_WATER: f64 = 0.8;
@@ -190,8 +193,10 @@ impl StateStore {
     }
 
     /// Moves the picked keys under the tier lock (nothing can load one into
-    /// L1 or change it in L2 meanwhile): decides which still move, writes
-    /// them to L3, then removes from L2 what L3 now holds.
+    /// L1 or change it in L2 meanwhile), [`MOVE_CHUNK`] at a time: decides
+    /// which still move, writes them to L3, then removes from L2 what L3 now
+    /// holds. A failure leaves the rest picked; a repeat skips the keys
+    /// already gone from L2.
     fn evict(&self, pending: &Pending) -> Result<EvictionReport> {
         let inner = &self.inner;
         let cold = inner
@@ -199,37 +204,56 @@ impl StateStore {
             .as_ref()
             .ok_or_else(|| StateError::Config("cold eviction without a cold tier".into()))?;
         let _tiers = inner.lock_tiers()?;
-        let moves = inner.moves(&pending.entries)?;
+        let mut moved = 0;
+        for chunk in pending.entries.chunks(MOVE_CHUNK) {
+            moved += inner.move_chunk(cold.as_ref(), chunk, pending.checkpoint_id)?;
+        }
+        let lower = &inner.lower;
+        lower.db.delete_opt(PENDING_KEY, &lower.write_opts)?;
+        inner.compact_picked(&pending.entries)?;
+        Ok(EvictionReport {
+            checkpoint_id: pending.checkpoint_id,
+            picked: pending.entries.len(),
+            moved,
+        })
+    }
+}
+
+impl StoreInner {
+    /// Moves what still moves of `entries` to L3; returns how many keys.
+    fn move_chunk(
+        &self,
+        cold: &dyn crate::store::ColdTier,
+        entries: &[(Vec<u8>, Vec<u8>)],
+        checkpoint_id: u64,
+    ) -> Result<usize> {
+        let moves = self.moves(entries)?;
         let unexpired: Vec<Vec<u8>> = moves
             .iter()
-            .map(|m| inner.drop_expired(m.key, m.picked))
+            .map(|m| self.drop_expired(m.key, m.picked))
             .collect::<Result<_>>()?;
         let writes: Vec<ColdWrite<'_>> = moves
             .iter()
             .zip(&unexpired)
             .map(|(m, bytes)| ColdWrite {
-                state: &inner.meta(state_of(m.key)).desc,
+                state: &self.meta(state_of(m.key)).desc,
                 stored_key: &m.key[2..],
                 bytes,
             })
             .collect();
         crash_point("before-l3-write");
-        cold.write(&writes, pending.checkpoint_id)?;
+        cold.write(&writes, checkpoint_id)?;
         crash_point("before-l2-delete");
         // L3 changed: what was read ahead from it may be stale.
-        inner.lock_prefetched().clear();
-        inner.forget_moved(&moves)?;
-        let c = &inner.lower.counters;
+        self.lock_prefetched().clear();
+        self.forget_moved(&moves)?;
+        let c = &self.lower.counters;
         c.l3_evictions
             .fetch_add(moves.len() as u64, Ordering::Relaxed);
         let bytes: usize = unexpired.iter().map(Vec::len).sum();
         c.l3_evicted_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
-        Ok(EvictionReport {
-            checkpoint_id: pending.checkpoint_id,
-            picked: pending.entries.len(),
-            moved: moves.len(),
-        })
+        Ok(moves.len())
     }
 }
 
@@ -389,9 +413,7 @@ impl StoreInner {
         Ok(moves)
     }
 
-    /// Removes from L2 what L3 now holds (keeping a list's later appends),
-    /// then compacts the range the keys spanned so L2's size shows the
-    /// space freed.
+    /// Removes from L2 what L3 now holds (keeping a list's later appends).
     fn forget_moved(&self, moves: &[Move<'_>]) -> Result<()> {
         let lower = &self.lower;
         let mut batch = rocksdb::WriteBatch::default();
@@ -403,13 +425,19 @@ impl StoreInner {
                 batch.put_cf(&cf, &m.key[2..], &m.rest);
             }
         }
-        batch.delete(PENDING_KEY);
         lower.db.write_opt(batch, &lower.write_opts)?;
+        Ok(())
+    }
+
+    /// Compacts, per state, the key range the picked keys spanned, so that
+    /// L2's size shows the space the moves freed.
+    fn compact_picked(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let lower = &self.lower;
         for state in 0..lower.states.len() as u16 {
-            let keys = moves
+            let keys = entries
                 .iter()
-                .filter(|m| state_of(m.key) == state)
-                .map(|m| &m.key[2..]);
+                .filter(|(k, _)| state_of(k) == state)
+                .map(|(k, _)| &k[2..]);
             if let (Some(first), Some(last)) = (keys.clone().min(), keys.max()) {
                 lower
                     .db

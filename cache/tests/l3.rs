@@ -22,14 +22,9 @@ fn tier(keyspace: &str, lineage: i64, migration: Option<MigrationTable>) -> Arc<
 }
 
 fn store(dir: &std::path::Path, cold: Arc<CassandraTier>) -> StateStore {
-    StateStore::builder(dir)
-        .l1_capacity(1024)
-        .l2_memory(16 << 20)
+    model::builder(dir, 1024)
         .l2_capacity(1)
         .cold_tier(cold)
-        .state(StateDescriptor::value("count"))
-        .state(StateDescriptor::list("events"))
-        .state(StateDescriptor::map("attrs"))
         .open()
         .unwrap()
 }

@@ -13,14 +13,7 @@ use strata_cache::snapshot::{restore, IncrementalUploader};
 use strata_cache::{StateDescriptor, StateStore, Ttl};
 
 fn store(dir: &std::path::Path, l1_bytes: u64) -> StateStore {
-    StateStore::builder(dir)
-        .l1_capacity(l1_bytes)
-        .l2_memory(16 << 20)
-        .state(StateDescriptor::value("count"))
-        .state(StateDescriptor::list("events"))
-        .state(StateDescriptor::map("attrs"))
-        .open()
-        .unwrap()
+    model::builder(dir, l1_bytes).open().unwrap()
 }
 
 proptest! {

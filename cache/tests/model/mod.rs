@@ -111,3 +111,14 @@ impl Handles {
         Ok(())
     }
 }
+
+/// A store builder in `dir` with the model's three states (a value, a list
+/// and a map) and an L1 of `l1_bytes`.
+pub fn builder(dir: &std::path::Path, l1_bytes: u64) -> strata_cache::StoreBuilder {
+    strata_cache::StateStore::builder(dir)
+        .l1_capacity(l1_bytes)
+        .l2_memory(16 << 20)
+        .state(strata_cache::StateDescriptor::value("count"))
+        .state(strata_cache::StateDescriptor::list("events"))
+        .state(strata_cache::StateDescriptor::map("attrs"))
+}
