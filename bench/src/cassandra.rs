@@ -26,6 +26,32 @@ pub struct Target {
     pub keyspace: String,
 }
 
+impl Target {
+    /// The keyspace of invocation `run_id` on node `contact_point`.
+    pub fn for_run(contact_point: &str, run_id: i64) -> Self {
+        Self {
+            contact_point: contact_point.to_owned(),
+            keyspace: format!("strata_bench_{run_id}"),
+        }
+    }
+
+    /// Drops the run's keyspace (its tables and data), if it exists.
+    pub fn drop_keyspace(&self) -> Result<(), BenchError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let session = SessionBuilder::new()
+                .known_node(&self.contact_point)
+                .build()
+                .await?;
+            let cql = format!("DROP KEYSPACE IF EXISTS {}", self.keyspace);
+            session.query_unpaged(cql, ()).await?;
+            Ok(())
+        })
+    }
+}
+
 /// The cold tier of one worker of the `l3` mode.
 pub fn cold_tier(t: &Target, worker: u32) -> Result<Arc<CassandraTier>, BenchError> {
     let lineage = crate::runner::now_micros() ^ i64::from(worker);

@@ -20,8 +20,10 @@ mod backends;
 mod cassandra;
 mod checkpointing;
 mod plots;
+mod recovery;
 mod report;
 mod runner;
+mod timeline;
 mod workload;
 
 use clap::Parser;
@@ -146,6 +148,7 @@ fn main() -> std::process::ExitCode {
                 out: &args.out,
                 workload: &args.workload(),
                 recovery: !args.no_recovery,
+                cassandra: &args.cassandra,
             },
             std::env::args().skip(1).collect(),
         ),
@@ -167,10 +170,7 @@ impl Args {
     }
 
     fn target(&self) -> cassandra::Target {
-        cassandra::Target {
-            contact_point: self.cassandra.clone(),
-            keyspace: format!("strata_bench_{}", self.run_id),
-        }
+        cassandra::Target::for_run(&self.cassandra, self.run_id)
     }
 }
 
@@ -183,7 +183,7 @@ fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
     println!("{}", serde_json::to_string(&report)?);
     std::io::Write::flush(&mut std::io::stdout())?;
     if mode.is_tiered() && !args.no_recovery {
-        runner::tail(backends, &w)?;
+        recovery::tail(backends, &w)?;
     }
     Ok(())
 }
@@ -197,7 +197,7 @@ fn recover(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
         println!("ready");
         let _ = std::io::Write::flush(&mut std::io::stdout());
     };
-    let recovery = runner::recover(mode, args.state_dir()?, &w, budget, &args.target(), ready)?;
+    let recovery = recovery::recover(mode, args.state_dir()?, &w, budget, &args.target(), ready)?;
     println!("{}", serde_json::to_string(&recovery)?);
     Ok(())
 }

@@ -41,7 +41,7 @@ fn register_font() -> Result<(), BenchError> {
 }
 
 /// A figure of a sample.
-type Gauge = fn(&crate::runner::Sample) -> u64;
+type Gauge = fn(&crate::timeline::Sample) -> u64;
 
 /// One named line: (x, y) points.
 type Series = (String, Vec<(f64, f64)>);

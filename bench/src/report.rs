@@ -4,7 +4,8 @@
 //! `cassandra-per-record`.
 
 use crate::backends::BenchError;
-use crate::runner::{Mode, ModeReport, Recovery};
+use crate::recovery::Recovery;
+use crate::runner::{Mode, ModeReport};
 use crate::workload::Workload;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -23,6 +24,8 @@ pub struct Plan<'a> {
     pub workload: &'a Workload,
     /// Whether to kill the tiered modes after their run and time the restore.
     pub recovery: bool,
+    /// The Cassandra node of the modes that need one.
+    pub cassandra: &'a str,
 }
 
 #[derive(Serialize)]
@@ -162,9 +165,28 @@ pub fn run_all(plan: &Plan<'_>, args: Vec<String>) -> Result<(), BenchError> {
     let out = plan.out;
     std::fs::create_dir_all(out)?;
     let run_id = crate::runner::now_micros();
+    let results = run_modes(plan, &args, run_id);
+    if plan.modes.iter().any(|m| m.needs_cassandra()) {
+        let target = crate::cassandra::Target::for_run(plan.cassandra, run_id);
+        if let Err(e) = target.drop_keyspace() {
+            eprintln!(
+                "strata-bench: could not drop keyspace {}: {e}",
+                target.keyspace
+            );
+        }
+    }
+    write_report(plan, results?)
+}
+
+/// Runs every mode of the plan; stops at the first that fails or loses events.
+fn run_modes(
+    plan: &Plan<'_>,
+    args: &[String],
+    run_id: i64,
+) -> Result<BTreeMap<String, ModeReport>, BenchError> {
     let mut results = BTreeMap::new();
     for &mode in plan.modes {
-        let report = run_mode(mode, plan, &args, run_id)?;
+        let report = run_mode(mode, plan, args, run_id)?;
         eprintln!(
             "{:>20}: {:.0} events/s, p99 {:.1} µs, peak RSS {} MB, verified {}{}",
             mode_name(mode),
@@ -186,6 +208,12 @@ pub fn run_all(plan: &Plan<'_>, args: Vec<String>) -> Result<(), BenchError> {
         }
         results.insert(mode_name(mode), report);
     }
+    Ok(results)
+}
+
+/// Writes report.json, report.md and the plots of `results` into the plan's `out`.
+fn write_report(plan: &Plan<'_>, results: BTreeMap<String, ModeReport>) -> Result<(), BenchError> {
+    let out = plan.out;
     let baseline = |mode: &str| results.get(mode).map(|r| r.events_per_sec);
     let (raw, per_record) = (baseline("rocksdb-raw"), baseline("cassandra-per-record"));
     let modes = results

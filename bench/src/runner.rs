@@ -1,17 +1,18 @@
 //! Runs one mode over the workload in this process and measures it:
 //! events/s, per-event latency (HdrHistogram), a timeline of progress and
-//! tier sizes, peak RSS, tier and checkpoint figures, and a verification
-//! that every event was counted. [`recover`] restores a killed run's
-//! workers from their last checkpoints and verifies them.
+//! tier sizes (see [`crate::timeline`]), peak RSS, tier and checkpoint
+//! figures, and a verification that every event was counted.
 
 use crate::backends::{Backend, BenchError, Budget, Embedded, Memory, RocksDbRaw};
 use crate::cassandra::{PerRecord, Target};
 use crate::checkpointing::CheckpointFigures;
+use crate::recovery::Recovery;
+use crate::timeline::{memory, sample_until, Gauges, Sample};
 use crate::workload::Workload;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use strata_cache::TierStats;
 
@@ -36,6 +37,11 @@ impl Mode {
     pub fn is_tiered(self) -> bool {
         matches!(self, Mode::Embedded | Mode::L3)
     }
+
+    /// Whether the mode needs Cassandra.
+    pub fn needs_cassandra(self) -> bool {
+        matches!(self, Mode::L3 | Mode::CassandraPerRecord)
+    }
 }
 
 /// Per-event latency percentiles, microseconds.
@@ -47,35 +53,6 @@ pub struct Latency {
     pub p99: f64,
     /// 99.9th percentile.
     pub p999: f64,
-}
-
-/// Progress and tier sizes at one moment of a run (all workers).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Sample {
-    /// Seconds since the run started.
-    pub secs: f64,
-    /// Events applied so far.
-    pub events: u64,
-    /// Bytes in L1.
-    pub l1_bytes: u64,
-    /// Bytes in L2.
-    pub l2_bytes: u64,
-    /// Bytes moved to L3 so far (encoded, before Cassandra's compression).
-    pub l3_bytes: u64,
-    /// Resident set of the process.
-    pub rss_bytes: u64,
-}
-
-/// A restore after SIGKILL (tiered modes).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Recovery {
-    /// From the SIGKILL to every worker's state restored from its last
-    /// checkpoint and open again (process start included), milliseconds.
-    pub restore_ms: f64,
-    /// Events the restored checkpoints hold.
-    pub events: u64,
-    /// Whether the restored per-user counts add up to those events.
-    pub verified: bool,
 }
 
 /// One mode's figures.
@@ -150,7 +127,8 @@ pub fn now_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-/// A worker's finished run; its backend stays open (see [`tail`]).
+/// A worker's finished run; its backend stays open (see
+/// [`crate::recovery::tail`]).
 pub struct Worker {
     histogram: Histogram<u64>,
     /// From the start to the last event applied and the last checkpoint.
@@ -162,39 +140,6 @@ pub struct Worker {
     backend: Box<dyn Backend>,
 }
 
-/// What a worker publishes for the sampler.
-#[derive(Default)]
-struct Gauges {
-    events: AtomicU64,
-    l1_bytes: AtomicU64,
-    l2_bytes: AtomicU64,
-    l3_bytes: AtomicU64,
-}
-
-impl Gauges {
-    fn publish(&self, applied: u64, backend: &dyn Backend) {
-        self.events.store(applied, Ordering::Relaxed);
-        if let Some(t) = backend.tiers() {
-            self.l1_bytes.store(t.l1_bytes, Ordering::Relaxed);
-            self.l2_bytes.store(t.l2_bytes, Ordering::Relaxed);
-            self.l3_bytes.store(t.l3_evicted_bytes, Ordering::Relaxed);
-        }
-    }
-
-    fn sample(all: &[Gauges], secs: f64) -> Sample {
-        let sum =
-            |f: fn(&Gauges) -> &AtomicU64| all.iter().map(|g| f(g).load(Ordering::Relaxed)).sum();
-        Sample {
-            secs,
-            events: sum(|g| &g.events),
-            l1_bytes: sum(|g| &g.l1_bytes),
-            l2_bytes: sum(|g| &g.l2_bytes),
-            l3_bytes: sum(|g| &g.l3_bytes),
-            rss_bytes: memory("VmRSS:"),
-        }
-    }
-}
-
 /// Events per batch: the backend reads ahead what a batch needs (from L3),
 /// as the runtime's keyed task does per batch of records. An event's
 /// latency is the batch's read-ahead plus its own update.
@@ -203,27 +148,35 @@ const BATCH: usize = 256;
 /// Events between two updates of the progress bar and the gauges.
 const PUBLISH_EVERY: u64 = 1024;
 
-fn worker_dir(dir: &Path, thread: u32) -> std::path::PathBuf {
+/// Where worker `thread` of a run under `dir` keeps its state.
+pub fn worker_dir(dir: &Path, thread: u32) -> std::path::PathBuf {
     dir.join(format!("worker-{thread}"))
 }
 
-struct Context<'a> {
-    mode: Mode,
-    dir: &'a Path,
-    w: &'a Workload,
-    budget: Budget,
-    target: &'a Target,
+/// What opening a worker's backend takes.
+pub struct Context<'a> {
+    /// The mode.
+    pub mode: Mode,
+    /// The run's state directory.
+    pub dir: &'a Path,
+    /// The workload.
+    pub w: &'a Workload,
+    /// Memory settings per worker.
+    pub budget: Budget,
+    /// The Cassandra node and keyspace.
+    pub target: &'a Target,
 }
 
 impl Context<'_> {
-    fn open(&self, thread: u32) -> Result<Box<dyn Backend>, BenchError> {
+    /// Opens worker `thread`'s backend.
+    pub fn open(&self, thread: u32) -> Result<Box<dyn Backend>, BenchError> {
         let dir = worker_dir(self.dir, thread);
         open(self.mode, &dir, self.w, self.budget, self.target, thread)
     }
 }
 
 /// The sum of the users' counts, read ahead a batch at a time.
-fn count_all(backend: &mut dyn Backend, users: &[u64]) -> Result<u64, BenchError> {
+pub fn count_all(backend: &mut dyn Backend, users: &[u64]) -> Result<u64, BenchError> {
     let mut sum = 0;
     for batch in users.chunks(BATCH) {
         backend.prefetch(batch)?;
@@ -280,34 +233,6 @@ fn work(
         checkpoints,
         backend,
     })
-}
-
-/// Takes a sample about once a second until `done`.
-fn sample_until(done: &AtomicBool, gauges: &[Gauges], started: Instant) -> Vec<Sample> {
-    let mut samples = vec![Sample::default()];
-    let mut next = Duration::from_secs(1);
-    while !done.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
-        if started.elapsed() >= next {
-            samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
-            next += Duration::from_secs(1);
-        }
-    }
-    samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
-    samples
-}
-
-/// A memory figure of this process from `/proc/self/status` (`VmHWM`:
-/// peak resident set, `VmRSS`: resident set now), bytes.
-fn memory(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
 }
 
 fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
@@ -420,82 +345,12 @@ fn latency_cdf(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     points
 }
 
-/// Keeps applying the workload's events again (without checkpoints) to the
-/// workers' backends until the process is killed: the work a crash loses.
-pub fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchError> {
-    std::thread::scope(|s| {
-        for (t, mut backend) in backends.into_iter().enumerate() {
-            s.spawn(move || -> Result<(), BenchError> {
-                loop {
-                    for (user, event) in w.events(t as u32) {
-                        backend.apply(user, event)?;
-                    }
-                }
-            });
-        }
-    });
-    Err("the tail work after the run stopped".into())
-}
-
-/// A restored worker's backend and the events its checkpoint holds.
-type Restored = (Box<dyn Backend>, u64);
-
 /// Every worker's outcome, a panic as an error.
-fn join_all<T>(
+pub fn join_all<T>(
     handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, BenchError>>>,
 ) -> Vec<Result<T, BenchError>> {
     handles
         .into_iter()
         .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".into())))
         .collect()
-}
-
-/// Restores every worker of a killed `mode` run under `dir` from its last
-/// checkpoint, calls `ready` once all are open, then verifies that the
-/// restored per-user counts add up to the events the checkpoints hold.
-pub fn recover(
-    mode: Mode,
-    dir: &Path,
-    w: &Workload,
-    budget: Budget,
-    target: &Target,
-    ready: impl FnOnce(),
-) -> Result<Recovery, BenchError> {
-    let cx = Context {
-        mode,
-        dir,
-        w,
-        budget,
-        target,
-    };
-    let restored: Vec<Result<Restored, BenchError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..w.threads)
-            .map(|t| {
-                let cx = &cx;
-                s.spawn(move || {
-                    let wd = worker_dir(cx.dir, t);
-                    let latest =
-                        crate::checkpointing::restore(&wd.join("checkpoints"), &wd.join("l2"))?;
-                    Ok((cx.open(t)?, latest.events))
-                })
-            })
-            .collect();
-        join_all(handles)
-    });
-    let mut workers = Vec::new();
-    for r in restored {
-        workers.push(r?);
-    }
-    ready();
-    let (mut events, mut counted) = (0, 0);
-    for (t, (mut backend, held)) in workers.into_iter().enumerate() {
-        events += held;
-        let users: Vec<u64> = w.events(t as u32).users().collect();
-        counted += count_all(backend.as_mut(), &users)?;
-    }
-    Ok(Recovery {
-        restore_ms: 0.0,
-        events,
-        verified: counted == events && events == w.events,
-    })
 }

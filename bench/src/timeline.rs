@@ -1,0 +1,88 @@
+//! The timeline of a run: every worker publishes its progress and tier
+//! sizes ([`Gauges`]), and a sampler sums them about once a second, with
+//! the process's resident set, into [`Sample`]s.
+
+use crate::backends::Backend;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Progress and tier sizes at one moment of a run (all workers).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub secs: f64,
+    /// Events applied so far.
+    pub events: u64,
+    /// Bytes in L1.
+    pub l1_bytes: u64,
+    /// Bytes in L2.
+    pub l2_bytes: u64,
+    /// Bytes moved to L3 so far (encoded, before Cassandra's compression).
+    pub l3_bytes: u64,
+    /// Resident set of the process.
+    pub rss_bytes: u64,
+}
+
+/// What a worker publishes for the sampler.
+#[derive(Default)]
+pub struct Gauges {
+    events: AtomicU64,
+    l1_bytes: AtomicU64,
+    l2_bytes: AtomicU64,
+    l3_bytes: AtomicU64,
+}
+
+impl Gauges {
+    /// Publishes a worker's events applied and, if it has tiers, their sizes.
+    pub fn publish(&self, applied: u64, backend: &dyn Backend) {
+        self.events.store(applied, Ordering::Relaxed);
+        if let Some(t) = backend.tiers() {
+            self.l1_bytes.store(t.l1_bytes, Ordering::Relaxed);
+            self.l2_bytes.store(t.l2_bytes, Ordering::Relaxed);
+            self.l3_bytes.store(t.l3_evicted_bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// The sum over all workers, now.
+    pub fn sample(all: &[Gauges], secs: f64) -> Sample {
+        let sum =
+            |f: fn(&Gauges) -> &AtomicU64| all.iter().map(|g| f(g).load(Ordering::Relaxed)).sum();
+        Sample {
+            secs,
+            events: sum(|g| &g.events),
+            l1_bytes: sum(|g| &g.l1_bytes),
+            l2_bytes: sum(|g| &g.l2_bytes),
+            l3_bytes: sum(|g| &g.l3_bytes),
+            rss_bytes: memory("VmRSS:"),
+        }
+    }
+}
+
+/// Takes a sample about once a second until `done`.
+pub fn sample_until(done: &AtomicBool, gauges: &[Gauges], started: Instant) -> Vec<Sample> {
+    let mut samples = vec![Sample::default()];
+    let mut next = Duration::from_secs(1);
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        if started.elapsed() >= next {
+            samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
+            next += Duration::from_secs(1);
+        }
+    }
+    samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
+    samples
+}
+
+/// A memory figure of this process from `/proc/self/status` (`VmHWM`:
+/// peak resident set, `VmRSS`: resident set now), bytes.
+pub fn memory(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
