@@ -429,7 +429,9 @@ impl StoreBuilder {
         });
         let listener_lower = lower.clone();
         let l1 = moka::sync::Cache::builder()
-            .max_capacity(self.l1_capacity)
+            // moka stores nothing at capacity 0 and tells no listener, so
+            // dirty entries would vanish; at 1 byte every entry spills to L2.
+            .max_capacity(self.l1_capacity.max(1))
             .weigher(|k: &Vec<u8>, s: &Arc<Slot>| {
                 (k.len() as u32)
                     .saturating_add(s.weight.load(Ordering::Relaxed))

@@ -278,3 +278,18 @@ proptest! {
         }
     }
 }
+
+/// An L1 of capacity 0 holds nothing, so every write goes to L2 and every
+/// value is still there (moka at capacity 0 dropped entries unannounced).
+#[test]
+fn an_l1_of_capacity_zero_loses_no_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), 0);
+    let count = s.value_state::<u64>("count").unwrap();
+    for k in 0u64..10_000 {
+        count.update(&k.to_be_bytes(), k + 1).unwrap();
+    }
+    for k in 0u64..10_000 {
+        assert_eq!(count.get(&k.to_be_bytes()).unwrap(), Some(k + 1), "key {k}");
+    }
+}
