@@ -123,11 +123,6 @@ impl Backend for Embedded {
         if self.seen.is_multiple_of(1024) {
             self.store.clock().advance_watermark(event.ts);
         }
-        if self.checkpoint_every > 0 && self.seen.is_multiple_of(self.checkpoint_every) {
-            if let Some(c) = &mut self.checkpoints {
-                c.take(&self.store, self.seen - 1)?;
-            }
-        }
         match &self.history {
             History::Add(list) => list.add(&key, event)?,
             History::Naive(recent) => {
@@ -140,7 +135,13 @@ impl Backend for Embedded {
             }
         }
         let n = self.count.get(&key)?.unwrap_or(0);
-        Ok(self.count.update(&key, n + 1)?)
+        self.count.update(&key, n + 1)?;
+        if self.checkpoint_every > 0 && self.seen.is_multiple_of(self.checkpoint_every) {
+            if let Some(c) = &mut self.checkpoints {
+                c.take(&self.store, self.seen)?;
+            }
+        }
+        Ok(())
     }
 
     fn prefetch(&mut self, users: &[u64]) -> Result<(), BenchError> {
@@ -160,7 +161,9 @@ impl Backend for Embedded {
         let Some(mut c) = self.checkpoints.take() else {
             return Ok(None);
         };
-        c.take(&self.store, self.seen)?;
+        if c.events() != Some(self.seen) {
+            c.take(&self.store, self.seen)?;
+        }
         Ok(Some(c.figures()))
     }
 }

@@ -35,20 +35,34 @@ impl Target {
         }
     }
 
-    /// Drops the run's keyspace (its tables and data), if it exists.
-    pub fn drop_keyspace(&self) -> Result<(), BenchError> {
+    /// A session with the node, on a runtime of its own; an error naming
+    /// the node if it does not answer.
+    fn connect(&self) -> Result<(tokio::runtime::Runtime, Session), BenchError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        rt.block_on(async {
-            let session = SessionBuilder::new()
-                .known_node(&self.contact_point)
-                .build()
-                .await?;
-            let cql = format!("DROP KEYSPACE IF EXISTS {}", self.keyspace);
-            session.query_unpaged(cql, ()).await?;
-            Ok(())
-        })
+        let session = rt
+            .block_on(SessionBuilder::new().known_node(&self.contact_point).build())
+            .map_err(|e| {
+                format!(
+                    "Cassandra at {} does not answer ({e}): start one with scripts/cassandra.sh start, or name it with --cassandra host:port",
+                    self.contact_point
+                )
+            })?;
+        Ok((rt, session))
+    }
+
+    /// Whether the node answers (checked before any mode runs).
+    pub fn check(&self) -> Result<(), BenchError> {
+        self.connect().map(|_| ())
+    }
+
+    /// Drops the run's keyspace (its tables and data), if it exists.
+    pub fn drop_keyspace(&self) -> Result<(), BenchError> {
+        let (rt, session) = self.connect()?;
+        let cql = format!("DROP KEYSPACE IF EXISTS {}", self.keyspace);
+        rt.block_on(session.query_unpaged(cql, ()))?;
+        Ok(())
     }
 }
 
@@ -88,15 +102,9 @@ fn ddl(ks: &str) -> [String; 3] {
 impl PerRecord {
     /// Connects and creates the baseline's tables.
     pub fn open(t: &Target, w: &Workload) -> Result<Self, BenchError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+        let (rt, session) = t.connect()?;
         let ks = &t.keyspace;
-        let (session, stmts) = rt.block_on(async {
-            let session = SessionBuilder::new()
-                .known_node(&t.contact_point)
-                .build()
-                .await?;
+        let stmts = rt.block_on(async {
             for cql in ddl(ks) {
                 session.query_unpaged(cql, ()).await?;
             }
@@ -117,7 +125,7 @@ impl PerRecord {
             for cql in [read, write, count] {
                 stmts.push(session.prepare(cql).await?);
             }
-            Ok::<_, BenchError>((session, stmts))
+            Ok::<_, BenchError>(stmts)
         })?;
         let [read, write, count]: [PreparedStatement; 3] =
             stmts.try_into().map_err(|_| "three statements")?;

@@ -60,6 +60,7 @@ pub struct Checkpointing {
     root: PathBuf,
     uploader: IncrementalUploader,
     id: u64,
+    last_events: Option<u64>,
     figures: CheckpointFigures,
 }
 
@@ -75,6 +76,7 @@ impl Checkpointing {
             uploader: IncrementalUploader::new(&root, "bench"),
             root,
             id: 0,
+            last_events: None,
             figures: CheckpointFigures::default(),
         })
     }
@@ -107,6 +109,7 @@ impl Checkpointing {
             mean_new_bytes: upload.new_bytes as f64,
         });
         self.figures.last_bytes = last_bytes;
+        self.last_events = Some(events);
         store.checkpoint_completed(self.id)?;
         Ok(())
     }
@@ -131,6 +134,11 @@ impl Checkpointing {
             std::fs::remove_dir_all(&older).map_err(io(&older))?;
         }
         Ok(())
+    }
+
+    /// Events the last checkpoint holds, if one was taken.
+    pub fn events(&self) -> Option<u64> {
+        self.last_events
     }
 
     /// The figures so far.

@@ -137,11 +137,61 @@ impl Args {
     }
 }
 
+/// Largest payload per event accepted, bytes.
+const MAX_PAYLOAD: usize = 1 << 20;
+/// Largest history or event-time spread accepted, days (a century).
+const MAX_DAYS: u64 = 36_500;
+
+impl Args {
+    /// Rejects settings the workload cannot honour, naming the flag.
+    fn validate(&self) -> Result<(), backends::BenchError> {
+        let threads = self.workload().threads;
+        if self.threads == Some(0) {
+            return Err("--threads must be at least 1".into());
+        }
+        if self.users < u64::from(threads) {
+            return Err(format!("--users {} is fewer than the {threads} workers (each worker owns a slice of the users)", self.users).into());
+        }
+        if !self.zipf.is_finite() || self.zipf < 0.0 {
+            return Err(format!(
+                "--zipf {} must be a finite exponent ≥ 0 (0 = uniform)",
+                self.zipf
+            )
+            .into());
+        }
+        if self.payload > MAX_PAYLOAD {
+            return Err(format!("--payload {} is over {MAX_PAYLOAD} bytes", self.payload).into());
+        }
+        if self.history_days > MAX_DAYS || self.spread_days > MAX_DAYS {
+            return Err(
+                format!("--history-days and --spread-days must be at most {MAX_DAYS}").into(),
+            );
+        }
+        for (i, m) in self.modes.iter().enumerate() {
+            if self.modes[..i].contains(m) {
+                return Err(format!("--modes names {} twice", report::mode_name(*m)).into());
+            }
+        }
+        Ok(())
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let result = match (args.child, args.recover) {
-        (Some(mode), _) => child(&args, mode),
-        (None, Some(mode)) => recover(&args, mode),
+    let result = args.validate().and_then(|()| run(&args));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata-bench: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), backends::BenchError> {
+    match (args.child, args.recover) {
+        (Some(mode), _) => child(args, mode),
+        (None, Some(mode)) => recover(args, mode),
         (None, None) => report::run_all(
             &report::Plan {
                 modes: &args.modes,
@@ -152,13 +202,6 @@ fn main() -> std::process::ExitCode {
             },
             std::env::args().skip(1).collect(),
         ),
-    };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("strata-bench: error: {e}");
-            std::process::ExitCode::FAILURE
-        }
     }
 }
 
@@ -174,14 +217,24 @@ impl Args {
     }
 }
 
+/// Writes one line to the parent (stdout), flushed; an error, not a
+/// panic, if the parent is gone.
+fn print_line(line: &str) -> Result<(), backends::BenchError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
 /// Runs `mode`, prints its report as one JSON line; a tiered mode then goes
 /// on working (without checkpoints) until the parent kills it.
 fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
+    runner::watch_parent();
     let w = args.workload();
     let budget = args.budget(w.threads);
     let (report, backends) = runner::run(mode, args.state_dir()?, &w, budget, &args.target())?;
-    println!("{}", serde_json::to_string(&report)?);
-    std::io::Write::flush(&mut std::io::stdout())?;
+    print_line(&serde_json::to_string(&report)?)?;
     if mode.is_tiered() && !args.no_recovery {
         recovery::tail(backends, &w)?;
     }
@@ -191,13 +244,13 @@ fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
 /// Restores a killed run of `mode`: prints `ready` once the state is open
 /// again, then the verification as one JSON line.
 fn recover(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
+    runner::watch_parent();
     let w = args.workload();
     let budget = args.budget(w.threads);
     let ready = || {
-        println!("ready");
-        let _ = std::io::Write::flush(&mut std::io::stdout());
+        // A parent gone is noticed by the verification that follows.
+        let _ = print_line("ready");
     };
     let recovery = recovery::recover(mode, args.state_dir()?, &w, budget, &args.target(), ready)?;
-    println!("{}", serde_json::to_string(&recovery)?);
-    Ok(())
+    print_line(&serde_json::to_string(&recovery)?)
 }

@@ -14,7 +14,7 @@ use crate::backends::BenchError;
 use crate::runner::ModeReport;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const FONTS: [&str; 3] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -24,8 +24,8 @@ const FONTS: [&str; 3] = [
 
 const SIZE: (u32, u32) = (1000, 600);
 
-/// Registers the font the plots' text uses.
-fn register_font() -> Result<(), BenchError> {
+/// Registers the font the plots' text uses (once per process).
+pub fn register_font() -> Result<(), BenchError> {
     let path = std::env::var("STRATA_BENCH_FONT")
         .ok()
         .or_else(|| FONTS.iter().find(|p| Path::new(p).exists()).map(|p| p.to_string()))
@@ -46,9 +46,16 @@ type Gauge = fn(&crate::timeline::Sample) -> u64;
 /// One named line: (x, y) points.
 type Series = (String, Vec<(f64, f64)>);
 
-/// Draws the plots of `modes` into `out`; returns the files written.
-pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<PathBuf>, BenchError> {
-    register_font()?;
+/// A plot written: its file name in the report directory and its title.
+pub struct Plot {
+    /// File name.
+    pub file: &'static str,
+    /// What it shows.
+    pub title: &'static str,
+}
+
+/// Draws the plots of `modes` into `out` (those with data); returns them.
+pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<Plot>, BenchError> {
     let mut written = Vec::new();
     let charts = [
         (
@@ -80,9 +87,8 @@ pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<PathB
         if series.iter().all(|(_, points)| points.is_empty()) {
             continue;
         }
-        let path = out.join(file);
-        chart(&path, title, (x, y), &series, log_x)?;
-        written.push(path);
+        chart(&out.join(file), title, (x, y), &series, log_x)?;
+        written.push(Plot { file, title });
     }
     Ok(written)
 }

@@ -18,6 +18,8 @@ pub struct Recovery {
     pub restore_ms: f64,
     /// Events the restored checkpoints hold.
     pub events: u64,
+    /// The sum of the restored per-user counts.
+    pub counted: u64,
     /// Whether the restored per-user counts add up to those events.
     pub verified: bool,
 }
@@ -29,7 +31,10 @@ pub fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchEr
         for (t, mut backend) in backends.into_iter().enumerate() {
             s.spawn(move || -> Result<(), BenchError> {
                 loop {
-                    for (user, event) in w.events(t as u32) {
+                    for (i, (user, event)) in w.events(t as u32).enumerate() {
+                        if i % 1024 == 0 {
+                            crate::runner::check_parent()?;
+                        }
                         backend.apply(user, event)?;
                     }
                 }
@@ -88,6 +93,7 @@ pub fn recover(
     Ok(Recovery {
         restore_ms: 0.0,
         events,
+        counted,
         verified: counted == events && events == w.events,
     })
 }

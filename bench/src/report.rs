@@ -49,7 +49,8 @@ struct Entry {
     ratio_to_cassandra_per_record: Option<f64>,
 }
 
-fn mode_name(mode: Mode) -> String {
+/// The mode's name on the command line.
+pub fn mode_name(mode: Mode) -> String {
     serde_json::to_value(mode)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -91,12 +92,22 @@ impl Process {
         }
     }
 
-    fn wait(mut self) -> Result<(), BenchError> {
+    fn wait(&mut self) -> Result<(), BenchError> {
         let status = self.child.wait()?;
         if !status.success() {
             return Err(format!("{} failed ({status})", self.what).into());
         }
         Ok(())
+    }
+}
+
+impl Drop for Process {
+    /// A child still running when the parent gives up on it is killed.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -144,7 +155,7 @@ fn run_mode(
         let recovery: Recovery = serde_json::from_str(&restore.line()?)?;
         restore.wait()?;
         if !recovery.verified {
-            return Err(format!("mode {name} lost events in its restore: the restored per-user counts do not add up to the {} events its checkpoints hold", recovery.events).into());
+            return Err(format!("mode {name} lost events in its restore: the restored per-user counts add up to {} of the {} events its checkpoints hold (of {} in the run)", recovery.counted, recovery.events, plan.workload.events).into());
         }
         report.recovery = Some(Recovery {
             restore_ms,
@@ -162,8 +173,7 @@ fn run_mode(
 /// Runs the plan's modes (each in a child process given `args`) and writes
 /// the report into its `out`.
 pub fn run_all(plan: &Plan<'_>, args: Vec<String>) -> Result<(), BenchError> {
-    let out = plan.out;
-    std::fs::create_dir_all(out)?;
+    let _lock = prepare(plan)?;
     let run_id = crate::runner::now_micros();
     let results = run_modes(plan, &args, run_id);
     if plan.modes.iter().any(|m| m.needs_cassandra()) {
@@ -245,17 +255,56 @@ fn write_report(plan: &Plan<'_>, results: BTreeMap<String, ModeReport>) -> Resul
         modes,
     };
     std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
-    std::fs::write(out.join("report.md"), markdown(&report))?;
-    eprintln!("report: {}", out.join("report.md").display());
     let reports: BTreeMap<&str, &ModeReport> = report
         .modes
         .iter()
         .map(|(k, e)| (k.as_str(), &e.report))
         .collect();
-    for png in crate::plots::draw(out, &reports)? {
-        eprintln!("plot: {}", png.display());
+    let plots = crate::plots::draw(out, &reports)?;
+    std::fs::write(out.join("report.md"), markdown(&report, &plots))?;
+    eprintln!("report: {}", out.join("report.md").display());
+    for png in plots {
+        eprintln!("plot: {}", out.join(png.file).display());
     }
     Ok(())
+}
+
+/// The files a run writes into `--out`; those of an earlier run are
+/// removed first, so that none is left stale.
+const OUTPUTS: [&str; 5] = [
+    "report.json",
+    "report.md",
+    "throughput.png",
+    "latency_cdf.png",
+    "tier_sizes.png",
+];
+
+/// Makes `out`, locks it against a second invocation, removes an earlier
+/// run's outputs, and checks what the plan needs (a font for the plots, a
+/// reachable Cassandra) before any mode runs.
+fn prepare(plan: &Plan<'_>) -> Result<std::fs::File, BenchError> {
+    let out = plan.out;
+    let named = |e: std::io::Error| format!("--out {}: {e}", out.display());
+    std::fs::create_dir_all(out).map_err(named)?;
+    let lock = std::fs::File::create(out.join(".strata-bench.lock")).map_err(named)?;
+    if lock.try_lock().is_err() {
+        return Err(format!(
+            "--out {}: another strata-bench is writing into it",
+            out.display()
+        )
+        .into());
+    }
+    for file in OUTPUTS {
+        let path = out.join(file);
+        if path.exists() {
+            std::fs::remove_file(&path).map_err(named)?;
+        }
+    }
+    crate::plots::register_font()?;
+    if plan.modes.iter().any(|m| m.needs_cassandra()) {
+        crate::cassandra::Target::for_run(plan.cassandra, 0).check()?;
+    }
+    Ok(lock)
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -270,7 +319,7 @@ fn num(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".to_owned(), |x| format!("{x:.digits$}"))
 }
 
-fn markdown(r: &Report<'_>) -> String {
+fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
     let w = r.workload;
     let mut md = format!(
         "# strata-bench report\n\n{} users, {} events, form {:?}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers, a checkpoint every {} events per worker; {} cores, {}.\n\n\
@@ -292,7 +341,7 @@ fn markdown(r: &Report<'_>) -> String {
         );
     }
     md += "\n## Tiers, checkpoints and recovery\n\n\
-           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | keys moved to L3 | checkpoints | checkpoint ms mean / max | last checkpoint MB | mean new MB per checkpoint | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | key moves to L3 | checkpoints (all workers) | checkpoint ms mean / max | last checkpoint MB (all workers) | new MB per checkpoint (mean, one worker) | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (name, e) in r.modes.iter().filter(|(_, e)| e.report.l1_bytes.is_some()) {
         let m = &e.report;
         let c = m.checkpoints.as_ref();
@@ -313,6 +362,12 @@ fn markdown(r: &Report<'_>) -> String {
             num(m.recovery.as_ref().map(|r| r.restore_ms), 0),
         );
     }
-    md += "\nPlots: `throughput.png` (events/s over time), `latency_cdf.png` (per-event latency distribution), `tier_sizes.png` (bytes per tier and resident set over time).\n";
+    if !plots.is_empty() {
+        let list: Vec<String> = plots
+            .iter()
+            .map(|p| format!("`{}` ({})", p.file, p.title))
+            .collect();
+        md += &format!("\nPlots: {}.\n", list.join(", "));
+    }
     md
 }

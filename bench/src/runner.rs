@@ -120,6 +120,25 @@ fn open(
     })
 }
 
+/// The parent of a child process running a mode, noted at its start.
+static PARENT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Notes this process's parent (in a child running a mode).
+pub fn watch_parent() {
+    PARENT.get_or_init(std::os::unix::process::parent_id);
+}
+
+/// An error once the parent that started this child is gone: nobody would
+/// read the child's report, and its work would go on for nothing.
+pub fn check_parent() -> Result<(), BenchError> {
+    match PARENT.get() {
+        Some(&p) if p != std::os::unix::process::parent_id() => {
+            Err("the parent strata-bench process is gone: stopping".into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Microseconds since the Unix epoch.
 pub fn now_micros() -> i64 {
     std::time::SystemTime::now()
@@ -145,8 +164,10 @@ pub struct Worker {
 /// latency is the batch's read-ahead plus its own update.
 const BATCH: usize = 256;
 
-/// Events between two updates of the progress bar and the gauges.
-const PUBLISH_EVERY: u64 = 1024;
+/// Events between two updates of the progress bar and the events gauge.
+const PROGRESS_EVERY: u64 = 64;
+/// Events between two updates of the tier gauges.
+const TIERS_EVERY: u64 = 1024;
 
 /// Where worker `thread` of a run under `dir` keeps its state.
 pub fn worker_dir(dir: &Path, thread: u32) -> std::path::PathBuf {
@@ -179,6 +200,7 @@ impl Context<'_> {
 pub fn count_all(backend: &mut dyn Backend, users: &[u64]) -> Result<u64, BenchError> {
     let mut sum = 0;
     for batch in users.chunks(BATCH) {
+        check_parent()?;
         backend.prefetch(batch)?;
         for &user in batch {
             sum += backend.count(user)?;
@@ -193,8 +215,8 @@ fn work(
     gauges: &Gauges,
     progress: &indicatif::ProgressBar,
 ) -> Result<Worker, BenchError> {
-    let begun = Instant::now();
     let mut backend = cx.open(thread)?;
+    let begun = Instant::now();
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let mut events = cx.w.events(thread);
     let users: Vec<u64> = events.users().collect();
@@ -205,6 +227,7 @@ fn work(
         if batch.is_empty() {
             break;
         }
+        check_parent()?;
         let started = Instant::now();
         let keys: Vec<u64> = batch.iter().map(|(user, _)| *user).collect();
         backend.prefetch(&keys)?;
@@ -214,8 +237,13 @@ fn work(
             backend.apply(user, event)?;
             histogram.saturating_record((read_ahead + started.elapsed()).as_nanos() as u64);
             applied += 1;
-            if applied.is_multiple_of(PUBLISH_EVERY) {
-                progress.inc(PUBLISH_EVERY);
+            if applied.is_multiple_of(PROGRESS_EVERY) {
+                progress.inc(PROGRESS_EVERY);
+                gauges
+                    .events
+                    .store(applied, std::sync::atomic::Ordering::Relaxed);
+            }
+            if applied.is_multiple_of(TIERS_EVERY) {
                 gauges.publish(applied, backend.as_ref());
             }
         }
@@ -223,13 +251,15 @@ fn work(
     let checkpoints = backend.finish()?;
     let elapsed = begun.elapsed();
     gauges.publish(applied, backend.as_ref());
+    // The tier figures of the run, before the verification reads.
+    let tiers = backend.tiers();
     let counted = count_all(backend.as_mut(), &users)?;
     Ok(Worker {
         histogram,
         elapsed,
         events: applied,
         counted,
-        tiers: backend.tiers(),
+        tiers,
         checkpoints,
         backend,
     })

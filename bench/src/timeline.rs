@@ -27,7 +27,8 @@ pub struct Sample {
 /// What a worker publishes for the sampler.
 #[derive(Default)]
 pub struct Gauges {
-    events: AtomicU64,
+    /// Events applied so far.
+    pub events: AtomicU64,
     l1_bytes: AtomicU64,
     l2_bytes: AtomicU64,
     l3_bytes: AtomicU64,
@@ -61,7 +62,7 @@ impl Gauges {
 
 /// Takes a sample about once a second until `done`.
 pub fn sample_until(done: &AtomicBool, gauges: &[Gauges], started: Instant) -> Vec<Sample> {
-    let mut samples = vec![Sample::default()];
+    let mut samples = vec![Gauges::sample(gauges, 0.0)];
     let mut next = Duration::from_secs(1);
     while !done.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
