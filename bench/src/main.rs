@@ -41,14 +41,16 @@ struct Args {
     /// Events in all.
     #[arg(long, default_value_t = 10_000_000)]
     events: u64,
-    /// Modes to run, in order, on the same events.
+    /// Modes to run, comma-separated, in this order, on the same events
+    /// (the report lists them alphabetically).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "embedded,rocksdb-raw,memory"
     )]
     modes: Vec<Mode>,
-    /// Where the report (and, while running, the state) goes.
+    /// Directory of the report and plots (and, while running, the state).
+    /// Progress goes to stderr (a bar on a terminal); stdout stays empty.
     #[arg(long)]
     out: PathBuf,
     /// How state is updated per event.
@@ -68,10 +70,9 @@ struct Args {
     spread_days: u64,
     /// Events each worker applies between two checkpoints in the tiered
     /// modes (`embedded`, `l3`); a last checkpoint follows the last event.
-    /// The default is about every 10 s at the embedded speed (Flink's
-    /// interval in the peer figures).
-    /// In the `l3` mode each completed checkpoint moves cold users to
-    /// Cassandra. 0: only the last checkpoint.
+    /// The default comes to about one checkpoint every 10 s at the
+    /// embedded speed. In the `l3` mode each completed checkpoint moves
+    /// cold users to Cassandra. 0: only the last checkpoint.
     #[arg(long, default_value_t = 1_000_000)]
     checkpoint_every: u64,
     /// Skip the recovery measurement (SIGKILL after the run, then a restore
@@ -87,8 +88,10 @@ struct Args {
     /// RocksDB block cache + memtables for all workers together, e.g. 512MB.
     #[arg(long, default_value = "512MB")]
     l2_memory: bytesize::ByteSize,
-    /// L2 bytes on disk for all workers together in the `l3` mode; beyond
-    /// it cold users move to Cassandra, e.g. 64MB.
+    /// L2 bytes on disk for all workers together in the `l3` mode (each
+    /// worker gets its share, as `state.l2.capacity` is per instance);
+    /// beyond it cold users move to Cassandra at each checkpoint, so L2
+    /// grows past it between checkpoints, e.g. 64MB.
     #[arg(long, default_value = "64MB")]
     l2_capacity: bytesize::ByteSize,
     /// Cassandra/ScyllaDB node of the `l3` and `cassandra-per-record` modes.

@@ -28,7 +28,8 @@ pub enum Mode {
     Memory,
     /// strata, L1 + L2 + Cassandra (L3), checkpointing.
     L3,
-    /// Read-modify-write of Cassandra on every event (the user's design).
+    /// Read-modify-write of Cassandra on every event (the design strata
+    /// replaces: no local state, two round trips per event).
     CassandraPerRecord,
 }
 
@@ -269,11 +270,11 @@ fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
     let progress = indicatif::ProgressBar::new(len);
     progress.set_style(
         indicatif::ProgressStyle::with_template(
-            "{prefix:>12} [{bar:30}] {pos}/{len} {per_sec} ETA {eta}",
+            "{prefix:>20} [{bar:30}] {human_pos}/{human_len} events, ETA {eta}",
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    progress.set_prefix(format!("{mode:?}"));
+    progress.set_prefix(crate::report::mode_name(mode));
     progress
 }
 

@@ -16,7 +16,8 @@ pub enum Form {
     /// `ListState::add(event)` plus a `ValueState<u64>` count (recommended).
     ListAdd,
     /// Read-modify-write of the whole list (`list = get(user); list.push(e);
-    /// put(user, list)`, last 100 kept) plus the count: the user's sketch.
+    /// put(user, list)`, last 100 kept) plus the count: the form a
+    /// per-record design suggests.
     Naive,
 }
 
