@@ -53,7 +53,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         stats.l1_spills,
         stats.l2_bytes
     );
-    drop((history, count, store));
+    // Flushes what only L1 holds into L2, reporting any error.
+    drop((history, count));
+    store.close()?;
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -25,12 +25,14 @@
 //! # Ok::<(), strata_cache::StateError>(())
 //! ```
 //!
-//! Modules: [`key_group`] (partitioning), [`codec`] (byte layouts),
+//! Modules: [`key_group`] (partitioning), [`composite_key`] (keys of
+//! several fields), [`codec`] (byte layouts),
 //! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files), [`l3`]
 //! (the Cassandra/ScyllaDB cold tier); the store
 //! and its typed handles are re-exported at the root.
 
 pub mod codec;
+pub mod composite_key;
 mod error;
 mod eviction;
 pub mod key_group;

@@ -11,6 +11,10 @@
 //!
 //! A [`SnapshotManifest`] lists what one store's snapshot consists of;
 //! [`restore`] lays those files out as a RocksDB directory again.
+//!
+//! Durability: a copied file is fsynced before it gets its name, and every
+//! directory an upload adds names to is fsynced before the upload returns,
+//! so a checkpoint declared complete survives a power loss.
 
 use crate::error::{Result, StateError};
 use serde::{Deserialize, Serialize};
@@ -50,9 +54,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
     }
 }
 
-/// Hard-links `from` to `to`, or copies it when a link is impossible
-/// (another file system). Never writes over an existing `to`: it may be a
-/// link to a live file.
+/// Hard-links `from` to `to`, or copies it (and fsyncs the copy) when a
+/// link is impossible (another file system). Never writes over an existing
+/// `to`: it may be a link to a live file.
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
     match fs::hard_link(from, to) {
         Ok(()) => Ok(()),
@@ -63,9 +67,35 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
         Err(_) => {
             let tmp = to.with_extension("partial");
             fs::copy(from, &tmp).map_err(io_err(from))?;
+            fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err(&tmp))?;
             fs::rename(&tmp, to).map_err(io_err(to))
         }
     }
+}
+
+/// Stores an immutable SST file as `to`. An object of that name and size
+/// already there is this very file, stored by an attempt that failed later
+/// (names are unique per store and run, and a name only ever appears
+/// complete): it is taken as stored.
+fn store_shared(from: &Path, to: &Path, bytes: u64) -> Result<()> {
+    match link_or_copy(from, to) {
+        Err(StateError::SnapshotIo { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists
+                && fs::metadata(to).is_ok_and(|m| m.len() == bytes) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Makes the entries of directory `dir` durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
 }
 
 /// Moves RocksDB checkpoints of one store into checkpoint storage, storing
@@ -129,11 +159,14 @@ impl IncrementalUploader {
                 None => {
                     let bytes = fs::metadata(&path).map_err(io_err(&path))?.len();
                     let object = if is_shared(&name) {
-                        format!("shared/{}-{name}", self.prefix)
+                        let object = format!("shared/{}-{name}", self.prefix);
+                        store_shared(&path, &self.root.join(&object), bytes)?;
+                        object
                     } else {
-                        format!("{private_dir}/{name}")
+                        let object = format!("{private_dir}/{name}");
+                        link_or_copy(&path, &self.root.join(&object))?;
+                        object
                     };
-                    link_or_copy(&path, &self.root.join(&object))?;
                     new_bytes += bytes;
                     SnapshotFile {
                         name: name.clone(),
@@ -146,6 +179,19 @@ impl IncrementalUploader {
                 still_live.insert(name, file.clone());
             }
             manifest.files.push(file);
+        }
+        // Links and copies are durable once their directories are; the
+        // checkpoint's own directory is synced when its metadata is written.
+        for dir in [
+            Some(&*shared),
+            Some(&*private),
+            private.parent(),
+            Some(&*self.root),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            sync_dir(dir)?;
         }
         self.stored = still_live;
         manifest.files.sort_by(|a, b| a.name.cmp(&b.name));

@@ -203,6 +203,35 @@ where
         let _tiers = inner.lock_tiers()?;
         inner.remove(&l1_key)
     }
+
+    /// Every unexpired entry this store holds locally (L1 and L2, not L3)
+    /// as `(record key, value)`, in stored-key order (key group first).
+    /// Flushes L1, then reads the state's whole column family: meant for
+    /// small state a task loads whole when it starts (the runtime's
+    /// timers), not for data state.
+    pub fn local_entries(&self) -> Result<Vec<(Vec<u8>, T)>> {
+        self.store.flush()?;
+        let inner = &self.store.inner;
+        let name = inner.name(self.id);
+        let mut out = Vec::new();
+        let _tiers = inner.lock_tiers()?;
+        inner.l2_scan(self.id, &[], |stored, value| {
+            let (_, key, _) =
+                codec::split_stored_key(stored).ok_or_else(|| StateError::Corrupt {
+                    state: name.to_owned(),
+                    reason: "stored key shorter than its header".into(),
+                })?;
+            if codec::is_tombstone(value) {
+                return Ok(());
+            }
+            let (ts, body) = codec::split_entry(name, value)?;
+            if !inner.expired(self.id, ts) {
+                out.push((key.to_vec(), codec::decode(name, body)?));
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
 }
 
 /// The L1 form of a list: elements with their write timestamps.

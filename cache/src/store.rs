@@ -556,18 +556,19 @@ impl StateStore {
         &self.inner.path
     }
 
+    /// Flushes the dirty L1 entries to L2 — for entries never flushed, L1
+    /// holds their only copy — and gives up this handle. Call it when an
+    /// embedding program is done with a store: dropping the last handle
+    /// also flushes, but can only print a failure to stderr.
+    ///
+    /// Errors: L2 errors of the flush.
+    pub fn close(self) -> Result<()> {
+        self.flush()
+    }
+
     /// Writes every dirty L1 entry to L2 in one batch (at a checkpoint barrier).
     pub fn flush(&self) -> Result<()> {
-        let _tiers = self.inner.lock_tiers()?;
-        let lower = &self.inner.lower;
-        let mut batch = WriteBatch::default();
-        for (key, slot) in self.inner.l1.iter() {
-            if slot.dirty.swap(false, Ordering::AcqRel) {
-                batch.put_cf(&lower.cf(slot.state)?, &key[2..], lower.encode_slot(&slot)?);
-            }
-        }
-        lower.db.write_opt(batch, &lower.write_opts)?;
-        Ok(())
+        self.inner.flush_dirty()
     }
 
     /// Flushes L1, picks the coldest keys beyond the L2 capacity for eviction
@@ -700,7 +701,33 @@ fn join_list(kind: StateKind, older: Found, appends: Found) -> Lookup {
     }
 }
 
+impl Drop for StoreInner {
+    /// The last handle is gone: flush what only L1 holds, or say it is lost.
+    fn drop(&mut self) {
+        if let Err(e) = self.flush_dirty() {
+            eprintln!(
+                "strata-cache: warning: dirty state of the store in {} could not be written to L2 and is lost: {e} (call StateStore::close to see such errors)",
+                self.path.display()
+            );
+        }
+    }
+}
+
 impl StoreInner {
+    /// Writes every dirty L1 entry to L2 in one batch.
+    fn flush_dirty(&self) -> Result<()> {
+        let _tiers = self.lock_tiers()?;
+        let lower = &self.lower;
+        let mut batch = WriteBatch::default();
+        for (key, slot) in self.l1.iter() {
+            if slot.dirty.swap(false, Ordering::AcqRel) {
+                batch.put_cf(&lower.cf(slot.state)?, &key[2..], lower.encode_slot(&slot)?);
+            }
+        }
+        lower.db.write_opt(batch, &lower.write_opts)?;
+        Ok(())
+    }
+
     pub(crate) fn lock_tiers(&self) -> Result<MutexGuard<'_, ()>> {
         let guard = self.tier_lock.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(failure) = self.lower.spill_failure.lock().ok().and_then(|f| f.clone()) {

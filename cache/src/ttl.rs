@@ -36,7 +36,7 @@ impl Ttl {
     /// A TTL measured against the watermark.
     pub fn event_time(ttl: Duration) -> Self {
         Self {
-            millis: ttl.as_millis() as i64,
+            millis: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
             domain: TimeDomain::EventTime,
         }
     }
@@ -44,7 +44,7 @@ impl Ttl {
     /// A TTL measured against the wall clock.
     pub fn processing_time(ttl: Duration) -> Self {
         Self {
-            millis: ttl.as_millis() as i64,
+            millis: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
             domain: TimeDomain::ProcessingTime,
         }
     }

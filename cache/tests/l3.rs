@@ -112,11 +112,11 @@ fn an_older_checkpoints_write_never_overwrites_a_newer_one() {
             id,
         )
     };
-    cold.claim(1, 0).unwrap();
+    cold.claim(1, 0, false).unwrap();
     write(&cold, &new_value, &new_list, 9).unwrap();
     // Another run of the same job restored from checkpoint 4 is fenced off…
     let zombie = tier(&ks, 5_000_000, None);
-    let fenced = zombie.claim(2, 4).unwrap_err();
+    let fenced = zombie.claim(2, 4, false).unwrap_err();
     assert!(fenced.to_string().contains("fenced"), "{fenced}");
     // …the run it would replace is not…
     write(&cold, &new_value, &new_list, 9).unwrap(); // a repeat: harmless

@@ -36,6 +36,16 @@ pub enum ConnectorError {
         format: &'static str,
         reason: String,
     },
+    /// The reader stopped before the end of the file: what it read differs
+    /// from what the file holds (records would be lost without a word).
+    #[error("{path}: reading ended after record {last_record} having read {read} of the {holds} {unit} the file holds")]
+    Incomplete {
+        path: PathBuf,
+        read: u64,
+        holds: u64,
+        unit: &'static str,
+        last_record: u64,
+    },
     /// A file system error.
     #[error("{path}: {source}")]
     Io {

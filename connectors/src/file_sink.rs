@@ -11,11 +11,23 @@
 //! (its completion notice may have been lost in the crash), then deletes
 //! every other hidden file of the subtask: output no completed checkpoint
 //! covers is aborted, and the replay writes it again.
+//!
+//! Durability: a pre-commit fsyncs the part file and the directory (its
+//! name), a commit fsyncs the directory after its renames, so a committed
+//! file neither vanishes nor reappears hidden after a power loss.
 
 use crate::error::{ConnectorError, Result};
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+/// Makes the directory entries of `dir` durable (after creating or
+/// renaming a file in it).
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(ConnectorError::io(dir))
+}
 
 /// A part file waiting for its checkpoint to complete.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -177,6 +189,9 @@ impl FileSink {
                     source: e.into_error(),
                 })?;
             file.sync_data().map_err(ConnectorError::io(&path))?;
+            // The file's name must survive a power loss too: the
+            // checkpoint will say it exists.
+            sync_dir(&self.dir)?;
             self.state.pending.push(PendingFile {
                 checkpoint,
                 seq: current.seq,
@@ -192,6 +207,7 @@ impl FileSink {
             .into_iter()
             .partition(|p| p.checkpoint <= completed);
         self.state.pending = waiting;
+        let renamed = !ready.is_empty();
         for p in ready {
             let (hidden, visible) = (self.hidden(p.seq), self.visible(p.seq));
             if hidden.exists() {
@@ -205,6 +221,9 @@ impl FileSink {
                     ),
                 });
             }
+        }
+        if renamed {
+            sync_dir(&self.dir)?;
         }
         Ok(())
     }

@@ -11,6 +11,7 @@
 //! [`RecordError`] for that record, and reading goes on after it.
 
 use crate::error::{ConnectorError, RecordError, Result};
+use crate::identity::{parquet_identity, InputIdentity, PrefixDigest};
 use crate::row::{parse_text, FieldType, Row, Schema, Value};
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit, TimestampMillisecondType};
@@ -59,6 +60,14 @@ pub struct Position {
     pub line: u64,
 }
 
+/// How a source knows its input again (see [`crate::identity`]).
+enum Identity {
+    /// Parquet: footer and samples, fixed at open.
+    Fixed(InputIdentity),
+    /// Text: the digest of the bytes consumed so far.
+    Prefix(Box<PrefixDigest>),
+}
+
 /// One record: a row, or what is wrong with it.
 pub type RowResult = std::result::Result<Row, RecordError>;
 
@@ -74,6 +83,8 @@ trait RowReader: Send {
 
 /// A file source of typed rows.
 pub struct FileSource {
+    path: PathBuf,
+    identity: Identity,
     reader: Box<dyn RowReader>,
     records: u64,
     total_records: Option<u64>,
@@ -98,6 +109,10 @@ impl FileSource {
         if meta.len() == 0 {
             return Err(ConnectorError::Empty(path.to_owned()));
         }
+        let identity = match format {
+            Format::Parquet => Identity::Fixed(parquet_identity(path, meta.len())?),
+            _ => Identity::Prefix(Box::new(PrefixDigest::open(path, meta.len())?)),
+        };
         let (reader, total_records): (Box<dyn RowReader>, _) = match format {
             Format::Parquet => {
                 let r = ParquetRows::open(path, schema, start)?;
@@ -108,6 +123,8 @@ impl FileSource {
             Format::JsonLines => (Box::new(JsonRows::open(path, schema, start)?), None),
         };
         Ok(Self {
+            path: path.to_owned(),
+            identity,
             reader,
             records: start.records,
             total_records,
@@ -119,10 +136,34 @@ impl FileSource {
     ///
     /// Errors: [`ConnectorError::Io`] or [`ConnectorError::Corrupt`] when the
     /// file cannot be read on (reading must not go on past lost records).
+    ///
+    /// At the end it checks that the whole file was read: every row the
+    /// Parquet footer counts, every byte of a text file. A difference is a
+    /// [`ConnectorError::Incomplete`] naming the last record read.
     pub fn next_row(&mut self) -> Result<Option<RowResult>> {
         let row = self.reader.next_row()?;
         self.records += u64::from(row.is_some());
+        if row.is_none() {
+            self.check_complete()?;
+        }
         Ok(row)
+    }
+
+    fn check_complete(&self) -> Result<()> {
+        let (read, holds, unit) = match self.total_records {
+            Some(total) => (self.records, total, "rows (its footer's count)"),
+            None => (self.reader.byte_offset(), self.total_bytes, "bytes"),
+        };
+        if read == holds {
+            return Ok(());
+        }
+        Err(ConnectorError::Incomplete {
+            path: self.path.clone(),
+            read,
+            holds,
+            unit,
+            last_record: self.records,
+        })
     }
 
     /// The current replay position.
@@ -134,9 +175,47 @@ impl FileSource {
         }
     }
 
-    /// The size of the input file in bytes (a restore checks it is unchanged).
+    /// The size of the input file in bytes.
     pub fn input_bytes(&self) -> u64 {
         self.total_bytes
+    }
+
+    /// The identity of the input up to `at` (a position this source
+    /// reported), for a checkpoint taken there (see [`InputIdentity`]).
+    /// Reads the bytes consumed since the last call once more (text
+    /// formats); `at` must not be before the last call's.
+    pub fn identity(&mut self, at: Position) -> Result<InputIdentity> {
+        match &mut self.identity {
+            Identity::Fixed(id) => Ok(id.clone()),
+            Identity::Prefix(digest) => digest.identity(at.byte_offset),
+        }
+    }
+
+    /// Checks, before reading on from a restored position, that this is the
+    /// input a checkpoint recorded as `recorded`.
+    ///
+    /// Errors: a one-line reason naming both sizes or digests.
+    pub fn verify(&mut self, recorded: &InputIdentity) -> std::result::Result<(), String> {
+        let path = self.path.display();
+        if recorded.bytes != self.total_bytes {
+            return Err(format!(
+                "the checkpoint was taken reading a {}-byte input, but {path} has {} bytes",
+                recorded.bytes, self.total_bytes
+            ));
+        }
+        let now = match &mut self.identity {
+            Identity::Fixed(id) => id.clone(),
+            Identity::Prefix(digest) => digest
+                .identity(recorded.covers)
+                .map_err(|e| e.to_string())?,
+        };
+        if now.digest != recorded.digest || now.covers != recorded.covers {
+            return Err(format!(
+                "{path} has the same size but other content than the input the checkpoint read (XXH3 of its first {} bytes: {}, recorded: {})",
+                recorded.covers, now.digest, recorded.digest
+            ));
+        }
+        Ok(())
     }
 
     /// Progress as (done, total) in records (Parquet) or bytes (text).
@@ -331,6 +410,9 @@ struct CsvRows {
     path: PathBuf,
     line: u64,
     reader: csv::Reader<File>,
+    /// A second handle on the file, to look at the raw bytes of a record
+    /// that spans several lines.
+    raw: File,
     schema: Schema,
     columns: Vec<usize>,
     record: csv::StringRecord,
@@ -371,6 +453,7 @@ impl CsvRows {
             path: path.to_owned(),
             line: start.line,
             reader,
+            raw: File::open(path).map_err(ConnectorError::io(path))?,
             schema: schema.clone(),
             columns,
             record: csv::StringRecord::new(),
@@ -380,11 +463,70 @@ impl CsvRows {
     }
 }
 
+impl CsvRows {
+    /// The raw bytes of the file between two positions.
+    fn raw_bytes(&mut self, from: u64, to: u64) -> Result<Vec<u8>> {
+        use std::io::Read;
+        let mut bytes = vec![0; to.saturating_sub(from) as usize];
+        self.raw
+            .seek(SeekFrom::Start(from))
+            .and_then(|_| self.raw.read_exact(&mut bytes))
+            .map_err(ConnectorError::io(&self.path))?;
+        Ok(bytes)
+    }
+
+    /// A record read from `start` to `end` that spans several lines holds a
+    /// quoted field with line breaks. If its quotes do not pair up, the
+    /// quote opened in its first line is never closed and the reader took
+    /// the rest of the file as that one field: the record is reported as
+    /// what it is, and reading goes on at the line after its first.
+    fn check_multiline(
+        &mut self,
+        start: &csv::Position,
+        end: &csv::Position,
+    ) -> Result<Option<RecordError>> {
+        if end.line() <= start.line() + 1 {
+            return Ok(None);
+        }
+        let raw = self.raw_bytes(start.byte(), end.byte())?;
+        if raw.iter().filter(|b| **b == b'"').count() % 2 == 0 {
+            return Ok(None);
+        }
+        let first_line = raw
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(raw.len(), |i| i + 1);
+        let mut resume = csv::Position::new();
+        resume
+            .set_byte(start.byte() + first_line as u64)
+            .set_line(start.line() + 1)
+            .set_record(start.record() + 1);
+        self.reader
+            .seek(resume.clone())
+            .map_err(|e| corrupt(&self.path, "CSV", e))?;
+        self.offset = resume.byte();
+        self.line = resume.line();
+        Ok(Some(RecordError {
+            record: self.number,
+            field: None,
+            reason: format!(
+                "malformed CSV: line {} opens a quoted field ('\"') that is never closed, so the rest of the file (lines {}..{}) would be read as one field; the line is taken as this record and reading goes on at line {}",
+                start.line(),
+                start.line(),
+                end.line().saturating_sub(1),
+                start.line() + 1
+            ),
+        }))
+    }
+}
+
 impl RowReader for CsvRows {
     fn next_row(&mut self) -> Result<Option<RowResult>> {
+        let start = self.reader.position().clone();
         let read = self.reader.read_record(&mut self.record);
-        self.offset = self.reader.position().byte();
-        self.line = self.reader.position().line();
+        let end = self.reader.position().clone();
+        self.offset = end.byte();
+        self.line = end.line();
         self.number += 1;
         match read {
             Ok(false) => Ok(None),
@@ -395,11 +537,27 @@ impl RowReader for CsvRows {
                 reason: format!("malformed CSV: {e}"),
             }))),
             Ok(true) => {
+                if let Some(bad) = self.check_multiline(&start, &end)? {
+                    return Ok(Some(Err(bad)));
+                }
                 let (record, columns) = (&self.record, &self.columns);
+                let spans = if end.line() > start.line() + 1 {
+                    format!(
+                        " (the record spans lines {}..{}: a stray quote?)",
+                        start.line(),
+                        end.line() - 1
+                    )
+                } else {
+                    String::new()
+                };
                 Ok(Some(typed_row(self.number, &self.schema, |i| {
-                    let cell = record
-                        .get(columns[i])
-                        .ok_or("the record has too few cells")?;
+                    let cell = record.get(columns[i]).ok_or_else(|| {
+                        format!(
+                            "the record has {} cells, the header {} or more{spans}",
+                            record.len(),
+                            columns[i] + 1
+                        )
+                    })?;
                     parse_text(cell, self.schema.fields[i].1)
                 })))
             }
@@ -487,8 +645,15 @@ impl RowReader for JsonRows {
             if n == 0 {
                 return Ok(None);
             }
+            let at_start = self.offset == 0;
             self.offset += n as u64;
-            let Ok(text) = std::str::from_utf8(&self.line) else {
+            // A UTF-8 byte-order mark opens the file, not the first record
+            // (as the CSV reader treats it).
+            let line = match self.line.strip_prefix(b"\xEF\xBB\xBF") {
+                Some(rest) if at_start => rest,
+                _ => &self.line[..],
+            };
+            let Ok(text) = std::str::from_utf8(line) else {
                 self.number += 1;
                 return self.bad("the line is not valid UTF-8".into());
             };

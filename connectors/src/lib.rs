@@ -22,11 +22,16 @@
 mod error;
 mod file_sink;
 mod file_source;
+pub mod identity;
 mod row;
 mod throttle;
 
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{FileSink, PendingFile, SinkState};
 pub use file_source::{FileSource, Format, Position, RowResult};
-pub use row::{format_timestamp, parse_text, FieldType, Row, Schema, Value};
+pub use identity::InputIdentity;
+pub use row::{
+    check_timestamp, format_timestamp, parse_text, FieldType, Row, Schema, Value, MAX_TIMESTAMP_MS,
+    MIN_TIMESTAMP_MS,
+};
 pub use throttle::Throttle;

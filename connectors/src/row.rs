@@ -14,7 +14,9 @@ pub enum FieldType {
     /// A point in time, as milliseconds since the Unix epoch. Read from
     /// Parquet timestamp/date columns, or from text as
     /// `YYYY-MM-DDTHH:MM[:SS[.fff]]`, `YYYY-MM-DD HH:MM[:SS]`, `YYYY/MM/DD HH:MM`
-    /// (taken as UTC), RFC 3339, or an integer of milliseconds.
+    /// (taken as UTC), RFC 3339, or an integer of milliseconds. It must lie
+    /// in [`MIN_TIMESTAMP_MS`]`..=`[`MAX_TIMESTAMP_MS`] (years 1–9999); any
+    /// other is a bad record.
     Timestamp,
 }
 
@@ -43,6 +45,23 @@ impl Schema {
         Self {
             fields: fields.iter().map(|(n, t)| ((*n).to_owned(), *t)).collect(),
         }
+    }
+}
+
+/// The earliest supported event time: 0001-01-01T00:00:00Z, in ms since the epoch.
+pub const MIN_TIMESTAMP_MS: i64 = -62_135_596_800_000;
+/// The latest supported event time: 9999-12-31T23:59:59.999Z, in ms since the epoch.
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+/// Checks that `ms` is a supported event time (see [`FieldType::Timestamp`]);
+/// the error says what is wrong with it.
+pub fn check_timestamp(ms: i64) -> Result<i64, String> {
+    if (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!(
+            "timestamp {ms} ms is outside the supported range 0001-01-01T00:00:00Z..=9999-12-31T23:59:59.999Z ({MIN_TIMESTAMP_MS}..={MAX_TIMESTAMP_MS} ms since the epoch)"
+        ))
     }
 }
 
@@ -95,10 +114,10 @@ impl Row {
         }
     }
 
-    /// Field `i` as a timestamp (ms since the epoch).
+    /// Field `i` as a timestamp (ms since the epoch), in the supported range.
     pub fn timestamp(&self, schema: &Schema, i: usize) -> Result<i64, RecordError> {
         match self.values[i] {
-            Value::Timestamp(v) => Ok(v),
+            Value::Timestamp(v) => check_timestamp(v).map_err(|e| self.error(schema, i, e)),
             ref other => Err(self.error(schema, i, format!("expected a timestamp, got {other:?}"))),
         }
     }
@@ -124,8 +143,9 @@ pub fn parse_text(text: &str, ty: FieldType) -> Result<Value, String> {
             .map(Value::Float64)
             .map_err(|_| bad("a number")),
         FieldType::Timestamp => parse_timestamp(text.trim())
-            .map(Value::Timestamp)
-            .ok_or_else(|| bad("a timestamp (e.g. 2001-01-01T00:01:00)")),
+            .ok_or_else(|| bad("a timestamp (e.g. 2001-01-01T00:01:00)"))
+            .and_then(check_timestamp)
+            .map(Value::Timestamp),
     }
 }
 
@@ -171,6 +191,23 @@ mod tests {
             assert_eq!(parse_text(t, FieldType::Timestamp), Ok(want.clone()), "{t}");
         }
         assert_eq!(format_timestamp(978_307_260_000), "2001-01-01T00:01:00");
+    }
+
+    #[test]
+    fn timestamps_outside_years_1_to_9999_are_refused() {
+        for t in [
+            "-9223372036854775808",
+            "9223372036854775807",
+            "253402300800000",
+        ] {
+            let e = parse_text(t, FieldType::Timestamp).unwrap_err();
+            assert!(e.contains("outside the supported range"), "{t}: {e}");
+        }
+        assert_eq!(
+            parse_text("253402300799999", FieldType::Timestamp),
+            Ok(Value::Timestamp(MAX_TIMESTAMP_MS))
+        );
+        assert_eq!(format_timestamp(MIN_TIMESTAMP_MS), "0001-01-01T00:00:00");
     }
 
     #[test]

@@ -110,3 +110,66 @@ fn parquet_resumes_exactly_across_batches() {
         );
     }
 }
+
+#[test]
+fn a_csv_with_an_unterminated_quote_resumes_exactly_after_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.csv");
+    let mut text = String::from("user,n\n");
+    for i in 0..12 {
+        let quote = if i == 4 { "\"" } else { "" };
+        text.push_str(&format!("{quote}u{i},{i}\n"));
+    }
+    std::fs::write(&path, text).unwrap();
+    let all = read_all(&path, Format::Csv, Position::default());
+    assert_eq!(all.len(), 12, "one record per line, the bad one included");
+    assert!(all[4]
+        .0
+        .as_ref()
+        .unwrap_err()
+        .reason
+        .contains("never closed"));
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, (r, _))| (i == 4) == r.is_err()));
+    assert_resumable(&path, Format::Csv);
+}
+
+#[test]
+fn a_file_that_changes_while_it_is_read_ends_reading_with_an_error_not_silently() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, format, line) in [
+        ("in.csv", Format::Csv, "u,1\n"),
+        ("in.jsonl", Format::JsonLines, "{\"user\":\"u\",\"n\":1}\n"),
+    ] {
+        let path = dir.path().join(name);
+        let header = if format == Format::Csv {
+            "user,n\n"
+        } else {
+            ""
+        };
+        std::fs::write(&path, format!("{header}{line}{line}")).unwrap();
+        let mut src = FileSource::open(&path, format, &schema(), Position::default()).unwrap();
+        assert!(src.next_row().unwrap().unwrap().is_ok());
+        // The file grows after it was opened: what was read no longer
+        // matches the size the source started with.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(line.repeat(5000).as_bytes()).unwrap();
+        let err = loop {
+            match src.next_row() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("{name}: the end was reported without a word"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(
+            err.contains("reading ended after record") && err.contains("bytes"),
+            "{err}"
+        );
+    }
+}

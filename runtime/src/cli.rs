@@ -90,11 +90,15 @@ enum CheckpointsCommand {
 
 #[derive(Debug, Subcommand)]
 enum StateCommand {
-    /// Print one key's state as JSON (route-history keys are written LAS-PHL).
+    /// Print one key's state as JSON. A key of several fields is given as
+    /// its fields: route-history's key is `ORIGIN DESTINATION`, e.g.
+    /// `strata state get out/chk history LAS PHL`.
     Get {
         dir: PathBuf,
         state: String,
-        key: String,
+        /// The key's fields.
+        #[arg(required = true, num_args = 1..)]
+        key: Vec<String>,
     },
 }
 
@@ -117,10 +121,11 @@ pub fn main(cli: Cli) -> Result<()> {
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {
+            let stored_key = route_history::key_of_fields(&key)?;
             let json = crate::inspect::with_key_state(
                 &dir,
                 &route_history::states(),
-                key.as_bytes(),
+                &stored_key,
                 |store, meta| {
                     if meta.job != "route-history" {
                         return Err(RuntimeError::checkpoint(
@@ -128,7 +133,7 @@ pub fn main(cli: Cli) -> Result<()> {
                             format!("holds job '{}', which has no state reader", meta.job),
                         ));
                     }
-                    let value = route_history::render_state(store, &state, key.as_bytes())?;
+                    let value = route_history::render_state(store, &state, &stored_key)?;
                     Ok(
                         serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}),
                     )

@@ -40,8 +40,26 @@ pub enum RuntimeError {
     /// Wrong use of the CLI or the library (names what to change).
     #[error("{0}")]
     Usage(String),
-    /// A task stopped because a neighbour failed (never the root cause).
-    #[error("a neighbouring task stopped")]
+    /// A step of checkpoint `id` failed in task `task` (`source`,
+    /// `keyed-<i>`, `sink-<j>`, `coordinator`); `reason` names the file and
+    /// the OS error where there is one.
+    #[error("checkpoint {id} failed in {task}: {reason}")]
+    CheckpointFailed {
+        id: u64,
+        task: String,
+        reason: String,
+    },
+    /// More consecutive checkpoints failed than `checkpoint.tolerable-failures`.
+    #[error("{failures} consecutive checkpoints failed (checkpoint.tolerable-failures = {tolerable}); the last: {last}")]
+    TooManyCheckpointFailures {
+        failures: u32,
+        tolerable: u32,
+        last: Box<RuntimeError>,
+    },
+    /// A task stopped because a neighbour's channel closed. Never the root
+    /// cause: the runtime reports the error of the task that failed instead;
+    /// shown alone only if no task reported one (a bug in strata).
+    #[error("a task's input or output closed without an error from any task (a bug in strata: please report it)")]
     Disconnected,
 }
 
@@ -50,6 +68,19 @@ impl RuntimeError {
         move |source| RuntimeError::Io {
             path: path.to_owned(),
             source,
+        }
+    }
+
+    /// Puts an error that happened in a step of checkpoint `id` in task
+    /// `task` in context (a closed channel stays what it is).
+    pub(crate) fn in_checkpoint(self, id: u64, task: &str) -> Self {
+        match self {
+            RuntimeError::Disconnected | RuntimeError::CheckpointFailed { .. } => self,
+            e => RuntimeError::CheckpointFailed {
+                id,
+                task: task.to_owned(),
+                reason: e.to_string(),
+            },
         }
     }
 

@@ -16,6 +16,7 @@ pub mod channel;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+mod dir_lock;
 mod error;
 pub mod function;
 pub mod inspect;

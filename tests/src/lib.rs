@@ -178,17 +178,18 @@ pub fn read_output(dir: &Path) -> Vec<Line> {
     lines
 }
 
-/// Route-history computed as a batch, independently of strata: rows grouped
-/// by route in input order, then a two-pointer scan over each route's dates
-/// (valid because the file is sorted by date, which this checks).
-pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
+/// One flight as the reference computation reads it: (date ms, delay,
+/// origin, destination), in input order.
+pub type Flight = (i64, i64, String, String);
+
+/// The flights of a Parquet flights file, in file order (checked sorted by date).
+pub fn parquet_flights(parquet: &Path) -> Vec<Flight> {
     let file = std::fs::File::open(parquet).expect("flights file");
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .expect("parquet")
         .build()
         .expect("reader");
-    let mut routes: HashMap<(String, String), Vec<(i64, i64)>> = HashMap::new();
-    let mut last_date = i64::MIN;
+    let mut flights = Vec::new();
     for batch in reader {
         let batch = batch.expect("batch");
         let date = batch
@@ -212,13 +213,56 @@ pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
             .as_string::<i64>()
             .clone();
         for i in 0..batch.num_rows() {
-            let d = date.value(i) / 1000;
-            assert!(d >= last_date, "the flights file is not sorted by date");
-            last_date = d;
-            let route = (origin.value(i).to_owned(), dest.value(i).to_owned());
-            routes.entry(route).or_default().push((d, delay.value(i)));
             assert!(!date.is_null(i) && !delay.is_null(i));
+            flights.push((
+                date.value(i) / 1000,
+                delay.value(i),
+                origin.value(i).to_owned(),
+                dest.value(i).to_owned(),
+            ));
         }
+    }
+    flights
+}
+
+/// The flights of a simple CSV flights file (header
+/// `date,delay,distance,origin,destination`, no quoted cells, dates as
+/// `YYYY-MM-DDTHH:MM:SS`), in file order.
+pub fn csv_flights(csv: &Path) -> Vec<Flight> {
+    let text = std::fs::read_to_string(csv).expect("csv file");
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            let date = chrono::NaiveDateTime::parse_from_str(cells[0], "%Y-%m-%dT%H:%M:%S")
+                .expect("date")
+                .and_utc()
+                .timestamp_millis();
+            (
+                date,
+                cells[1].parse().expect("delay"),
+                cells[3].to_owned(),
+                cells[4].to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Route-history computed as a batch, independently of strata: flights
+/// grouped by route (the pair of fields, never a joined string) in input
+/// order, then a two-pointer scan over each route's dates (valid because
+/// the input is sorted by date, which this checks).
+pub fn reference_from_flights(flights: &[Flight]) -> Vec<Line> {
+    let mut routes: HashMap<(String, String), Vec<(i64, i64)>> = HashMap::new();
+    let mut last_date = i64::MIN;
+    for (d, delay, origin, dest) in flights {
+        assert!(*d >= last_date, "the flights are not sorted by date");
+        last_date = *d;
+        routes
+            .entry((origin.clone(), dest.clone()))
+            .or_default()
+            .push((*d, *delay));
     }
     const WINDOW: i64 = 60 * 24 * 3600 * 1000;
     let mut out = Vec::new();
@@ -249,6 +293,11 @@ pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
     out
 }
 
+/// [`reference_from_flights`] of a Parquet flights file.
+pub fn reference_route_history(parquet: &Path) -> Vec<Line> {
+    reference_from_flights(&parquet_flights(parquet))
+}
+
 /// The first difference between two sorted outputs, for a readable failure.
 pub fn first_difference(got: &[Line], want: &[Line]) -> Option<String> {
     if got == want {
@@ -266,4 +315,12 @@ pub fn first_difference(got: &[Line], want: &[Line]) -> Option<String> {
         got.get(i),
         want.get(i)
     ))
+}
+
+/// A small input of `tests/cases/` (inputs that failed when strata was
+/// tried as its users would; each is a test now).
+pub fn case(name: &str) -> PathBuf {
+    let path = repo_root().join("tests/cases").join(name);
+    assert!(path.is_file(), "{} is missing", path.display());
+    path
 }

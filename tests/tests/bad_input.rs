@@ -178,3 +178,131 @@ fn an_invalid_configuration_value_is_named_with_its_range() {
         "{stderr}"
     );
 }
+
+/// The dead-letter records a run wrote into `out`, in order.
+fn dead_letters(out: &Path) -> Vec<serde_json::Value> {
+    let mut files: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("dead-letter-")
+        })
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `rows` flights a minute apart over a few routes, the origin of record
+/// `bad` (1-based) opened with a quote that is never closed.
+fn csv_with_stray_quote(path: &Path, rows: usize, bad: usize) {
+    let mut text = String::from("date,delay,distance,origin,destination\n");
+    let start = chrono::NaiveDate::from_ymd_opt(2001, 1, 1)
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap();
+    for i in 1..=rows {
+        let date = start + chrono::Duration::minutes(i as i64);
+        let quote = if i == bad { "\"" } else { "" };
+        text.push_str(&format!(
+            "{},{},100,{quote}O{},D\n",
+            date.format("%Y-%m-%dT%H:%M:%S"),
+            i % 50,
+            i % 7
+        ));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn an_unterminated_csv_quote_is_one_bad_record_and_the_rest_of_the_file_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // The reported file: ten flights, record 4 opens a quote it never closes.
+    let input = case("csv-stray-quote.csv");
+    let out = dir.path().join("out");
+    let o = run(&input, &out, &["-D", "bad-input.policy=dead-letter"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = summary(&o.stderr);
+    assert_eq!(
+        (s["records_in"].as_str(), s["dead_letters"].as_str()),
+        ("10", "1")
+    );
+    assert_eq!(read_output(&out).len(), 9);
+    let dead = dead_letters(&out);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["record"], 4);
+    let reason = dead[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("never closed") && reason.contains("line 5"),
+        "{reason}"
+    );
+    // Under the fail policy the message names the real cause.
+    let e = one_line_error(&input);
+    assert!(e.contains("record 4") && e.contains("quoted field"), "{e}");
+    assert!(!e.contains("too few"), "{e}");
+
+    // 20,000 records, the quote at record 100: nothing after it is lost.
+    let big = dir.path().join("big.csv");
+    csv_with_stray_quote(&big, 20_000, 100);
+    let out = dir.path().join("out-big");
+    let o = run(&big, &out, &["-D", "bad-input.policy=dead-letter"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(summary(&o.stderr)["dead_letters"], "1");
+    assert_eq!(read_output(&out).len(), 19_999);
+    assert_eq!(dead_letters(&out)[0]["record"], 100);
+}
+
+#[test]
+fn a_byte_order_mark_opens_json_lines_as_it_opens_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = r#"{"date":"2001-01-01T00:01:00","delay":33,"distance":2176,"origin":"LAS","destination":"PHL"}"#;
+    let json = dir.path().join("bom.jsonl");
+    std::fs::write(&json, format!("\u{feff}{line}\n{line}\n")).unwrap();
+    let csv = dir.path().join("bom.csv");
+    std::fs::write(
+        &csv,
+        "\u{feff}date,delay,distance,origin,destination\n2001-01-01T00:01:00,33,2176,LAS,PHL\n",
+    )
+    .unwrap();
+    for (input, rows) in [(&json, 2), (&csv, 1)] {
+        let out = dir.path().join(format!("out-{rows}"));
+        let o = run(input, &out, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(read_output(&out).len(), rows);
+    }
+}
+
+#[test]
+fn event_times_near_the_64_bit_limits_are_bad_records_not_wrapped_windows() {
+    let input = case("timestamp-i64-limits.jsonl");
+    let e = one_line_error(&input);
+    assert!(
+        e.contains("record 1")
+            && e.contains("field 'date'")
+            && e.contains("outside the supported range"),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&input, &out, &["-D", "bad-input.policy=dead-letter"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(read_output(&out).is_empty());
+    let dead = dead_letters(&out);
+    assert_eq!(dead.len(), 4);
+    for (i, d) in dead.iter().enumerate() {
+        assert_eq!(d["record"], i as u64 + 1);
+        assert_eq!(d["field"], "date");
+    }
+}

@@ -48,7 +48,14 @@ fn output_for_all_flights_equals_the_batch_computation() {
 
     // The last flight of LAS-PHL in the data fixes what the history must hold:
     // the route's flights in the 60 days up to the newest event time.
-    let state = strata(&["state", "get", chk.to_str().unwrap(), "history", "LAS-PHL"]);
+    let state = strata(&[
+        "state",
+        "get",
+        chk.to_str().unwrap(),
+        "history",
+        "LAS",
+        "PHL",
+    ]);
     assert!(
         state.status.success(),
         "{}",

@@ -123,14 +123,23 @@ impl Fence {
     }
 
     /// Claims the lineage for run `run`, restored from checkpoint `restored`
-    /// (0: a fresh start). Errors if a newer checkpoint is already in L3.
+    /// (0: a fresh start). With `restoring_moves`, the restored checkpoint
+    /// says this table holds its cold state, so the table must already
+    /// belong to this lineage. Errors if a newer checkpoint is already in L3.
     pub(crate) fn claim(
         &self,
         read: impl Fn(CqlRequest) -> Result<Vec<Row>>,
         run: i64,
         restored: u64,
+        restoring_moves: bool,
     ) -> Result<()> {
         use CqlValue::BigInt;
+        if restoring_moves && self.owner(&read)?.is_none() {
+            return Err(StateError::L3(format!(
+                "the restored checkpoint keeps cold state in {}, but that table holds no claim of any job (truncated, dropped, or another cluster): the keys moved there are missing; restore against the table that holds them",
+                self.table
+            )));
+        }
         self.own_table(&read)?;
         let (lineage, id) = (BigInt(self.lineage), BigInt(restored as i64));
         let insert = vec![lineage.clone(), BigInt(run), id.clone()];
@@ -151,6 +160,18 @@ impl Fence {
         Ok(())
     }
 
+    /// The lineage the table belongs to, if any.
+    fn owner(&self, read: &impl Fn(CqlRequest) -> Result<Vec<Row>>) -> Result<Option<i64>> {
+        let rows = read(CqlRequest::Read(
+            self.select.clone(),
+            Arc::new(vec![CqlValue::BigInt(OWNER)]),
+        ))?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.columns.first().cloned().flatten())
+            .and_then(|v| v.as_bigint()))
+    }
+
     /// Makes this job's lineage the table's owner, or checks that it is.
     fn own_table(&self, read: &impl Fn(CqlRequest) -> Result<Vec<Row>>) -> Result<()> {
         use CqlValue::BigInt;
@@ -161,14 +182,7 @@ impl Fence {
         ))?) {
             return Ok(());
         }
-        let rows = read(CqlRequest::Read(
-            self.select.clone(),
-            Arc::new(vec![BigInt(OWNER)]),
-        ))?;
-        let job = rows
-            .first()
-            .and_then(|r| r.columns.first().cloned().flatten())
-            .and_then(|v| v.as_bigint());
+        let job = self.owner(read)?;
         if job == Some(self.lineage) {
             return Ok(());
         }
@@ -195,7 +209,7 @@ impl Fence {
             Some(run) => run,
             None => {
                 let run = super::next_version(0) ^ i64::from(std::process::id());
-                self.claim(&read, run, id)?;
+                self.claim(&read, run, id, false)?;
                 run
             }
         };

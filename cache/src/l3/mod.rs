@@ -106,6 +106,7 @@ pub struct CassandraTier {
     versions: std::sync::Mutex<std::collections::BTreeMap<u64, i64>>,
     timeouts: (Duration, Duration),
     fence: fence::Fence,
+    table: String,
 }
 
 impl CassandraTier {
@@ -141,6 +142,7 @@ impl CassandraTier {
             versions: Default::default(),
             timeouts: (config.request_timeout, config.retry_for),
             fence,
+            table: format!("{}.{}", config.keyspace, config.table).to_lowercase(),
         })
     }
 
@@ -205,8 +207,18 @@ impl CassandraTier {
     ///
     /// Errors: [`StateError::L3`] starting "fenced" when a newer run of the
     /// job already moved a later checkpoint to L3 (this run is a zombie).
-    pub fn claim(&self, run: i64, restored: u64) -> Result<()> {
-        self.fence.claim(|req| self.read(req), run, restored)
+    ///
+    /// With `restoring_moves` (the restored checkpoint moved keys to this
+    /// table), a table that holds no claim at all — truncated, or another
+    /// cluster — is an error: the keys moved there would be missing.
+    pub fn claim(&self, run: i64, restored: u64, restoring_moves: bool) -> Result<()> {
+        self.fence
+            .claim(|req| self.read(req), run, restored, restoring_moves)
+    }
+
+    /// Where this tier keeps state: `keyspace.table`, lower case.
+    pub fn table(&self) -> &str {
+        &self.table
     }
 
     /// Sends `requests` concurrently (the stack limits how many are in

@@ -9,6 +9,8 @@
 //! | `max-parallelism` | 128 | parallelism–32768 | key groups |
 //! | `checkpoint.interval` | `10s` | 100ms–1d | time between checkpoint triggers |
 //! | `checkpoint.retained` | 3 | 1–100 | completed checkpoints kept |
+//! | `checkpoint.timeout` | `10min` | 100ms–1d | a checkpoint not completed this long after its trigger fails |
+//! | `checkpoint.tolerable-failures` | 0 | 0–1000 | consecutive failed checkpoints the job survives; one more fails it |
 //! | `state.l1.capacity` | `64MB` | 64KB–1TB | L1 (moka) bytes, split over instances |
 //! | `state.l2.memory` | `256MB` | 8MB–1TB | RocksDB block cache + memtables, whole process |
 //! | `state.local-dir` | `<checkpoint-dir>/_work` | path | live RocksDB directories (same file system as the checkpoints, for hard links) |
@@ -56,6 +58,12 @@ pub struct JobConfig {
     pub checkpoint_interval: Duration,
     /// Completed checkpoints kept.
     pub checkpoints_retained: usize,
+    /// A checkpoint not completed this long after its trigger fails
+    /// (Flink's `execution.checkpointing.timeout`).
+    pub checkpoint_timeout: Duration,
+    /// Consecutive failed checkpoints the job survives (Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`).
+    pub tolerable_failures: u32,
     /// L1 bytes for the whole process.
     pub l1_capacity: u64,
     /// L2 memory (block cache + memtables) for the whole process.
@@ -90,6 +98,8 @@ impl Default for JobConfig {
             max_parallelism: 128,
             checkpoint_interval: Duration::from_secs(10),
             checkpoints_retained: 3,
+            checkpoint_timeout: Duration::from_secs(600),
+            tolerable_failures: 0,
             l1_capacity: 64_000_000,
             l2_memory: 256_000_000,
             local_dir: None,
@@ -271,6 +281,17 @@ impl JobConfig {
                 )?
             }
             "checkpoint.retained" => self.checkpoints_retained = number(key, v, 1..=100)? as usize,
+            "checkpoint.timeout" => {
+                self.checkpoint_timeout = duration(
+                    key,
+                    v,
+                    Duration::from_millis(100),
+                    Duration::from_secs(86_400),
+                )?
+            }
+            "checkpoint.tolerable-failures" => {
+                self.tolerable_failures = number(key, v, 0..=1000)? as u32
+            }
             "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
             "state.l2.memory" => self.l2_memory = size(key, v, 8_000_000..=1000 * GB)?,
             "state.l2.capacity" => {

@@ -3,7 +3,8 @@
 //!
 //! Input: rows `date` (timestamp), `delay`, `distance` (integers), `origin`,
 //! `destination` (strings) — the `flights-3m.parquet` file of the npm
-//! package `vega-datasets@3.2.1`. Key: the route `ORIGIN-DESTINATION`.
+//! package `vega-datasets@3.2.1`. Key: the route (origin, destination),
+//! encoded as a [`composite_key`].
 //! Output per flight, one JSON line:
 //! `{"origin":"LAS","destination":"PHL","date":"2001-01-01T00:01:00","delay":33,"flights_60d":1,"avg_delay_60d":33.0}`.
 //!
@@ -18,7 +19,7 @@
 use crate::function::{Context, FunctionError, KeyedProcessFunction};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use strata_cache::{ListState, StateDescriptor, StateStore, Ttl};
+use strata_cache::{composite_key, ListState, StateDescriptor, StateStore, Ttl};
 use strata_connectors::{format_timestamp, FieldType, RecordError, Row, Schema};
 
 /// The window length: exactly 60 days, in milliseconds.
@@ -92,13 +93,29 @@ pub fn parse(mut row: Row, schema: &Schema) -> Result<Flight, RecordError> {
     })
 }
 
-/// The route key of a flight: `ORIGIN-DESTINATION`.
+/// The route key of a flight: the pair (origin, destination) as a
+/// [`composite_key`], so that no two routes share a key whatever their
+/// codes contain.
 pub fn key(f: &Flight) -> Vec<u8> {
-    let mut k = Vec::with_capacity(f.origin.len() + f.destination.len() + 1);
-    k.extend_from_slice(f.origin.as_bytes());
-    k.push(b'-');
-    k.extend_from_slice(f.destination.as_bytes());
-    k
+    composite_key::encode(&[f.origin.as_bytes(), f.destination.as_bytes()])
+}
+
+/// The key of a route given as its fields `[origin, destination]` (for
+/// `strata state get`).
+///
+/// Errors: [`crate::RuntimeError::Usage`] unless there are exactly two fields.
+pub fn key_of_fields(fields: &[String]) -> crate::Result<Vec<u8>> {
+    match fields {
+        [origin, destination] => Ok(composite_key::encode(&[
+            origin.as_bytes(),
+            destination.as_bytes(),
+        ])),
+        _ => Err(crate::RuntimeError::Usage(format!(
+            "a route-history key has two fields, ORIGIN DESTINATION (e.g. LAS PHL); got {}: {}",
+            fields.len(),
+            fields.join(" ")
+        ))),
+    }
 }
 
 /// The state the job declares.
@@ -144,7 +161,7 @@ impl KeyedProcessFunction for RouteHistory {
                 distance: f.distance,
             },
         )?;
-        let window_start = f.date - WINDOW_MS;
+        let window_start = f.date.saturating_sub(WINDOW_MS);
         let (mut count, mut sum) = (0u64, 0i64);
         for e in history.get(key)?.iter().filter(|e| e.date > window_start) {
             count += 1;

@@ -114,7 +114,7 @@ impl KeyedProcessFunction for UserHistory {
             .as_ref()
             .ok_or("user-history used before open")?;
         events.add(key, e.payload)?;
-        let window_start = e.event_time - WINDOW_MS;
+        let window_start = e.event_time.saturating_sub(WINDOW_MS);
         let (mut count, mut bytes) = (0u64, 0u64);
         for (ts, payload) in events.get(key)?.iter_with_timestamps() {
             if ts > window_start {

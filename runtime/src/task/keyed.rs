@@ -4,6 +4,14 @@
 //! checkpoint completes — lets the store move the cold keys it picked at
 //! that checkpoint's barrier to L3 (between batches, so a slow L3 slows this
 //! task and backpressure reaches the source).
+//!
+//! State access blocks (RocksDB reads and writes, L3 reads, fsyncs), so a
+//! batch of records, a round of timers, the synchronous part of a
+//! checkpoint and a cold move each run in `block_in_place`: the worker
+//! thread's other tasks (metrics, the source, other operators) move to
+//! another thread meanwhile. The upload of a checkpoint's files runs on the
+//! blocking pool; if it fails, the task declines that checkpoint to the
+//! coordinator at once and goes on.
 
 use super::Keyed;
 use crate::channel::{Event, InputGate, Message, Output};
@@ -20,9 +28,9 @@ use strata_cache::{StateStore, ValueState};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-/// The reserved state that holds an instance's timers in checkpoints.
+/// The reserved state that holds an instance's timers: per key, its timer
+/// times (so each lives in its key's key group).
 pub(crate) const TIMERS_STATE: &str = "__timers";
-const TIMERS_KEY: &[u8] = b"__timers";
 
 pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
     pub(crate) index: u32,
@@ -41,16 +49,6 @@ pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
     pub(crate) completed: watch::Receiver<u64>,
 }
 
-/// Waits for background uploads, surfacing the first failure.
-async fn join_uploads(uploads: Vec<JoinHandle<Result<()>>>) -> Result<()> {
-    for upload in uploads {
-        upload
-            .await
-            .map_err(|e| RuntimeError::Function(format!("checkpoint upload: {e}")))??;
-    }
-    Ok(())
-}
-
 fn failed(e: crate::function::FunctionError) -> RuntimeError {
     RuntimeError::Function(e.to_string())
 }
@@ -58,18 +56,23 @@ fn failed(e: crate::function::FunctionError) -> RuntimeError {
 impl<F: KeyedProcessFunction> KeyedTask<F> {
     /// Reads the timers a restored store holds.
     pub(crate) fn restore_timers(store: &StateStore) -> Result<Timers> {
-        Ok(Self::timers_state(store)?
-            .get(TIMERS_KEY)?
-            .unwrap_or_default())
+        let mut timers = Timers::default();
+        for (key, times) in Self::timers_state(store)?.local_entries()? {
+            timers.restore(key, times);
+        }
+        Ok(timers)
     }
 
-    fn timers_state(store: &StateStore) -> Result<ValueState<Timers>> {
-        Ok(store.value_state::<Timers>(TIMERS_STATE)?)
+    fn timers_state(store: &StateStore) -> Result<ValueState<Vec<i64>>> {
+        Ok(store.value_state::<Vec<i64>>(TIMERS_STATE)?)
+    }
+
+    fn name(&self) -> String {
+        format!("keyed-{}", self.index)
     }
 
     /// Moves the keys picked at checkpoint `id` or earlier to L3. It waits
-    /// on L3 (retrying while L3 is down): `block_in_place` hands this
-    /// worker's other tasks (metrics, other operators) to another thread.
+    /// on L3 (retrying while L3 is down) in `block_in_place`.
     fn checkpoint_completed(&self, id: u64) -> Result<()> {
         tokio::task::block_in_place(|| self.store.checkpoint_completed(id))?;
         Ok(())
@@ -93,7 +96,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         }
     }
 
-    /// After the input ended: waits for the final checkpoint `last` to
+    /// After the input ended: waits for the last checkpoint `last` to
     /// complete, then moves what it picked to L3.
     async fn finish_eviction(&mut self, last: u64) -> Result<()> {
         while *self.completed.borrow_and_update() < last {
@@ -111,7 +114,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         let restored = *self.completed.borrow_and_update();
         self.checkpoint_completed(restored)?;
         let mut buf = Vec::with_capacity(self.batch_size);
-        let mut uploads: Vec<JoinHandle<Result<()>>> = Vec::new();
+        let mut uploads: Vec<JoinHandle<()>> = Vec::new();
         let (mut watching, mut last_barrier) = (true, restored);
         loop {
             match self.next_event(&mut watching).await? {
@@ -119,16 +122,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
                     self.progress
                         .records_processed
                         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    tokio::task::block_in_place(|| {
-                        self.store.prefetch(batch.iter().map(|r| r.key.as_slice()))
-                    })?;
-                    for r in batch {
-                        self.process(r, &mut buf)?;
-                        if buf.len() >= self.batch_size {
-                            self.emit(&mut buf).await?;
-                        }
-                    }
-                    self.emit(&mut buf).await?;
+                    self.process_batch(batch, &mut buf).await?;
                 }
                 Event::Watermark(w) => {
                     // The end of a bounded input (watermark = i64::MAX) fires
@@ -141,9 +135,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
                     self.out.broadcast(|| Message::Watermark(w)).await?;
                 }
                 Event::Barrier(id) => {
-                    let (done, running) = uploads.into_iter().partition(JoinHandle::is_finished);
-                    uploads = running;
-                    join_uploads(done).await?;
+                    uploads.retain(|u| !u.is_finished());
                     uploads.push(self.checkpoint(id).await?);
                     last_barrier = id;
                 }
@@ -151,8 +143,36 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
             }
         }
         self.out.broadcast(|| Message::End).await?;
-        join_uploads(uploads).await?;
+        for upload in uploads {
+            let _ = upload.await;
+        }
         self.finish_eviction(last_barrier).await
+    }
+
+    /// Processes a batch of records (state access blocks: see the module
+    /// docs), sending output whenever a batch of it is full.
+    async fn process_batch(
+        &mut self,
+        batch: Vec<Keyed<F::In>>,
+        buf: &mut Vec<F::Out>,
+    ) -> Result<()> {
+        tokio::task::block_in_place(|| {
+            self.store.prefetch(batch.iter().map(|r| r.key.as_slice()))
+        })?;
+        let mut records = batch.into_iter().peekable();
+        while records.peek().is_some() {
+            tokio::task::block_in_place(|| {
+                for r in records.by_ref() {
+                    self.process(r, buf)?;
+                    if buf.len() >= self.batch_size {
+                        break;
+                    }
+                }
+                Ok::<_, RuntimeError>(())
+            })?;
+            self.emit(buf).await?;
+        }
+        Ok(())
     }
 
     fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<F::Out>) -> Result<()> {
@@ -178,41 +198,47 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
     }
 
     async fn fire_timers(&mut self, watermark: i64, buf: &mut Vec<F::Out>) -> Result<()> {
-        while let Some((ts, key)) = self.timers.pop_due(watermark) {
-            self.store.set_record_timestamp(ts);
-            let mut ctx = Context {
-                out: buf,
-                timers: &mut self.timers,
-                key: &key,
-                timestamp: ts,
-                watermark,
-            };
-            self.function.on_timer(&key, ts, &mut ctx).map_err(failed)?;
-            if buf.len() >= self.batch_size {
-                self.emit(buf).await?;
+        loop {
+            let more = tokio::task::block_in_place(|| {
+                while let Some((ts, key)) = self.timers.pop_due(watermark) {
+                    self.store.set_record_timestamp(ts);
+                    let mut ctx = Context {
+                        out: buf,
+                        timers: &mut self.timers,
+                        key: &key,
+                        timestamp: ts,
+                        watermark,
+                    };
+                    self.function.on_timer(&key, ts, &mut ctx).map_err(failed)?;
+                    if buf.len() >= self.batch_size {
+                        return Ok::<_, RuntimeError>(true);
+                    }
+                }
+                Ok(false)
+            })?;
+            self.emit(buf).await?;
+            if !more {
+                return Ok(());
             }
         }
-        self.emit(buf).await
     }
 
-    /// Takes the synchronous part of checkpoint `id` (timers into state, L1
-    /// flushed, RocksDB checkpoint), forwards the barrier, and moves the
-    /// files to storage in the background; the returned handle acknowledges.
-    async fn checkpoint(&mut self, id: u64) -> Result<JoinHandle<Result<()>>> {
-        Self::timers_state(&self.store)?.update(TIMERS_KEY, self.timers.clone())?;
+    /// Takes the synchronous part of checkpoint `id` (changed timers into
+    /// state, L1 flushed, RocksDB checkpoint), forwards the barrier, and
+    /// moves the files to storage in the background; the returned handle
+    /// acknowledges, or declines if the upload failed. A failure of the
+    /// synchronous part leaves the task's state uncertain: it fails the job.
+    async fn checkpoint(&mut self, id: u64) -> Result<JoinHandle<()>> {
         let local = self.local_checkpoints.join(format!("chk-{id}"));
-        if local.exists() {
-            std::fs::remove_dir_all(&local).map_err(RuntimeError::io(&local))?;
-        }
-        std::fs::create_dir_all(&self.local_checkpoints)
-            .map_err(RuntimeError::io(&self.local_checkpoints))?;
-        self.store.checkpoint(&local, id)?;
+        tokio::task::block_in_place(|| self.snapshot_locally(id, &local))
+            .map_err(|e| e.in_checkpoint(id, &self.name()))?;
         self.out.broadcast(|| Message::Barrier(id)).await?;
-        let (uploader, acks, index, key_groups) = (
+        let (uploader, acks, index, key_groups, task) = (
             self.uploader.clone(),
             self.acks.clone(),
             self.index,
             self.key_groups,
+            self.name(),
         );
         let watermark = self.store.clock().watermark();
         Ok(tokio::spawn(async move {
@@ -222,18 +248,50 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
                 let _ = std::fs::remove_dir_all(&local);
                 upload
             })
-            .await
-            .map_err(|e| RuntimeError::Function(format!("checkpoint upload: {e}")))??;
-            let snapshot = OperatorSnapshot {
-                index,
-                key_groups,
-                watermark,
-                manifest: upload.manifest,
-                new_bytes: upload.new_bytes,
+            .await;
+            let ack = match upload {
+                Ok(Ok(upload)) => Ack::Snapshot(
+                    id,
+                    TaskSnapshot::Operator(OperatorSnapshot {
+                        index,
+                        key_groups,
+                        watermark,
+                        manifest: upload.manifest,
+                        new_bytes: upload.new_bytes,
+                    }),
+                ),
+                Ok(Err(e)) => Ack::Declined {
+                    id,
+                    cause: RuntimeError::from(e).in_checkpoint(id, &task),
+                },
+                Err(e) => Ack::Declined {
+                    id,
+                    cause: RuntimeError::Function(format!("upload task: {e}"))
+                        .in_checkpoint(id, &task),
+                },
             };
-            acks.send(Ack::Snapshot(id, TaskSnapshot::Operator(snapshot)))
-                .await
-                .map_err(|_| RuntimeError::Disconnected)
+            // A closed channel means the job is ending; nothing to report to.
+            let _ = acks.send(ack).await;
         }))
+    }
+
+    /// Writes the timers that changed into state, then lets the store flush
+    /// L1 and take a RocksDB checkpoint into `local`.
+    fn snapshot_locally(&mut self, id: u64, local: &std::path::Path) -> Result<()> {
+        let timers = Self::timers_state(&self.store)?;
+        for (key, times) in self.timers.take_changed() {
+            if times.is_empty() {
+                timers.clear(&key)?;
+            } else {
+                timers.update(&key, times)?;
+            }
+        }
+        if local.exists() {
+            std::fs::remove_dir_all(local).map_err(RuntimeError::io(local))?;
+        }
+        std::fs::create_dir_all(&self.local_checkpoints)
+            .map_err(RuntimeError::io(&self.local_checkpoints))?;
+        self.store.checkpoint(local, id)?;
+        Ok(())
     }
 }

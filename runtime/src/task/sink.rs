@@ -1,5 +1,8 @@
 //! The sink task: writes records as JSON lines into transactional part
 //! files, pre-commits at barriers and commits on checkpoint completion.
+//! Pre-commits and commits fsync, so they run in `block_in_place`; a failed
+//! pre-commit fails the job naming the checkpoint (what reached the file is
+//! uncertain after a failed fsync).
 
 use crate::channel::{Event, InputGate};
 use crate::checkpoint::{Ack, TaskSnapshot};
@@ -25,6 +28,7 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
     pub(crate) async fn run(mut self) -> Result<()> {
         let mut line = Vec::with_capacity(256);
         let mut last_barrier = 0;
+        let mut watching = true;
         loop {
             tokio::select! {
                 event = self.gate.next() => match event? {
@@ -43,16 +47,23 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                     Event::Watermark(_) => {}
                     Event::Barrier(id) => {
                         last_barrier = id;
-                        let state = self.sink.pre_commit(id)?;
+                        let name = format!("sink-{}", self.index);
+                        let state = tokio::task::block_in_place(|| self.sink.pre_commit(id))
+                            .map_err(|e| RuntimeError::from(e).in_checkpoint(id, &name))?;
                         self.acks.send(Ack::Snapshot(id, TaskSnapshot::Sink(self.index, state))).await.map_err(|_| RuntimeError::Disconnected)?;
                     }
                     Event::End => break,
                 },
-                changed = self.completed.changed() => {
-                    changed.map_err(|_| RuntimeError::Disconnected)?;
-                    let id = *self.completed.borrow_and_update();
-                    self.sink.commit(id)?;
-                }
+                // The coordinator ends after the final checkpoint completes
+                // (closing this channel) and before the end of the stream
+                // arrives here: stop watching then, the end commits.
+                changed = self.completed.changed(), if watching => match changed {
+                    Ok(()) => {
+                        let id = *self.completed.borrow_and_update();
+                        tokio::task::block_in_place(|| self.sink.commit(id))?;
+                    }
+                    Err(_) => watching = false,
+                },
             }
         }
         while *self.completed.borrow_and_update() < last_barrier {
@@ -61,6 +72,8 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                 .await
                 .map_err(|_| RuntimeError::Disconnected)?;
         }
-        Ok(self.sink.commit(last_barrier)?)
+        Ok(tokio::task::block_in_place(|| {
+            self.sink.commit(last_barrier)
+        })?)
     }
 }

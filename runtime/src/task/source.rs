@@ -1,6 +1,17 @@
 //! The source task: reads the input, routes records to keyed operator
 //! instances by key group, emits watermarks and barriers, and stops reading
 //! whenever an edge is full (backpressure).
+//!
+//! Reading and decoding (Parquet pages, CSV and JSON parsing) block, so the
+//! task reads a chunk of up to `channel.batch-size` rows at a time in
+//! `block_in_place`, remembering the position after each row: a barrier
+//! between two rows of a chunk records the position after the last row
+//! routed, never one read ahead.
+//!
+//! At the end of the input the source asks for the final checkpoint and
+//! takes every checkpoint triggered until the final one has completed (a
+//! failed final checkpoint is triggered again); only then does it end the
+//! stream.
 
 use super::Keyed;
 use crate::channel::{Message, Output};
@@ -9,10 +20,14 @@ use crate::config::BadInputPolicy;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{KeyFn, ParseFn, TimestampFn};
 use crate::progress::Progress;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
-use strata_connectors::{format_timestamp, FileSink, FileSource, RecordError, Schema, Throttle};
+use strata_connectors::{
+    check_timestamp, format_timestamp, FileSink, FileSource, Position, RecordError, RowResult,
+    Schema, Throttle,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -44,6 +59,15 @@ struct Routing<I> {
     last_flush: Instant,
     max_ts: i64,
     watermark: i64,
+    /// The position after the last record routed (what a barrier records).
+    routed: Position,
+}
+
+/// One row read ahead, with the source's position and progress after it.
+struct ReadRow {
+    row: RowResult,
+    position: Position,
+    progress: (u64, u64),
 }
 
 impl<I: Send + 'static> SourceTask<I> {
@@ -56,7 +80,9 @@ impl<I: Send + 'static> SourceTask<I> {
             last_flush: Instant::now(),
             max_ts: self.max_timestamp,
             watermark: i64::MIN,
+            routed: self.source.position(),
         };
+        let mut chunk = VecDeque::with_capacity(self.batch_size);
         loop {
             // A barrier goes between records: the position it records must
             // not include a record read but not yet routed.
@@ -64,10 +90,12 @@ impl<I: Send + 'static> SourceTask<I> {
                 self.checkpoint(trigger.id, &mut routing).await?;
             }
             self.commit_if_completed()?;
-            let Some(row) = self.source.next_row()? else {
+            if chunk.is_empty() && !self.read_chunk(&mut chunk)? {
                 break;
-            };
-            let record = row.and_then(|row| (self.parse)(row, &self.schema));
+            }
+            let Some(next) = chunk.pop_front() else { break };
+            routing.routed = next.position;
+            let record = next.row.and_then(|row| (self.parse)(row, &self.schema));
             match record {
                 Ok(record) => self.route(record, &mut routing).await?,
                 Err(bad) => self.bad_record(bad)?,
@@ -75,7 +103,7 @@ impl<I: Send + 'static> SourceTask<I> {
             if let Some(t) = &self.throttle {
                 t.acquire().await;
             }
-            self.progress.source_at(self.source.progress());
+            self.progress.source_at(next.progress);
         }
         self.flush(&mut routing).await?;
         self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
@@ -83,38 +111,74 @@ impl<I: Send + 'static> SourceTask<I> {
             .send(Ack::SourceFinished)
             .await
             .map_err(|_| RuntimeError::Disconnected)?;
-        // A periodic checkpoint may have been triggered before the
-        // coordinator learnt that the input ended: take it, then the final one.
-        let id = loop {
-            let trigger = self
-                .triggers
-                .recv()
-                .await
-                .ok_or(RuntimeError::Disconnected)?;
-            self.checkpoint(trigger.id, &mut routing).await?;
-            if trigger.is_final {
-                break trigger.id;
-            }
-        };
+        let id = self.until_final_completes(&mut routing).await?;
         self.out.broadcast(|| Message::End).await?;
-        while *self.completed.borrow_and_update() < id {
-            self.completed
-                .changed()
-                .await
-                .map_err(|_| RuntimeError::Disconnected)?;
-        }
         Ok(self.dead_letter.commit(id)?)
     }
 
+    /// Reads up to a batch of rows ahead; `false` at the end of the input.
+    fn read_chunk(&mut self, chunk: &mut VecDeque<ReadRow>) -> Result<bool> {
+        tokio::task::block_in_place(|| {
+            while chunk.len() < self.batch_size {
+                let Some(row) = self.source.next_row()? else {
+                    break;
+                };
+                chunk.push_back(ReadRow {
+                    row,
+                    position: self.source.position(),
+                    progress: self.source.progress(),
+                });
+            }
+            Ok(!chunk.is_empty())
+        })
+    }
+
+    /// Takes every checkpoint triggered after the input ended — periodic
+    /// ones triggered before the coordinator learnt of the end, and the
+    /// final one, again if it failed — until the final one has completed;
+    /// returns its id.
+    async fn until_final_completes(&mut self, routing: &mut Routing<I>) -> Result<u64> {
+        let mut final_id = None;
+        loop {
+            if let Some(id) = final_id.filter(|id| *self.completed.borrow() >= *id) {
+                return Ok(id);
+            }
+            // The coordinator publishes the final completion before it
+            // ends (closing the trigger channel): look at completions first.
+            tokio::select! {
+                biased;
+                changed = self.completed.changed(), if final_id.is_some() => {
+                    changed.map_err(|_| RuntimeError::Disconnected)?;
+                }
+                trigger = self.triggers.recv() => {
+                    let trigger = trigger.ok_or(RuntimeError::Disconnected)?;
+                    self.checkpoint(trigger.id, routing).await?;
+                    if trigger.is_final {
+                        final_id = Some(trigger.id);
+                    }
+                }
+            }
+        }
+    }
+
     async fn route(&mut self, record: I, r: &mut Routing<I>) -> Result<()> {
-        let ts = (self.timestamp_of)(&record);
+        let ts = match check_timestamp((self.timestamp_of)(&record)) {
+            Ok(ts) => ts,
+            Err(reason) => {
+                return self.bad_record(RecordError {
+                    record: r.routed.records,
+                    field: None,
+                    reason: format!("its event time: {reason}"),
+                })
+            }
+        };
         // Lateness is judged against the newest timestamp read so far, not
         // against the last watermark sent, so that which records are late
         // does not depend on timing.
         let bound = r.max_ts.saturating_sub(self.out_of_orderness_ms);
         if ts < bound {
             return self.bad_record(RecordError {
-                record: self.source.position().records,
+                record: r.routed.records,
                 field: None,
                 reason: format!(
                     "timestamp {} is older than {} (the newest timestamp so far minus watermark.out-of-orderness): the input is more out of order than allowed",
@@ -184,13 +248,16 @@ impl<I: Send + 'static> SourceTask<I> {
 
     async fn checkpoint(&mut self, id: u64, r: &mut Routing<I>) -> Result<()> {
         self.flush(r).await?;
-        let snapshot = SourceSnapshot {
-            position: self.source.position(),
-            dead_letter: self.dead_letter.pre_commit(id)?,
-            dead_letters: self.dead_letters,
-            input_bytes: self.source.input_bytes(),
-            max_timestamp: r.max_ts,
-        };
+        let snapshot = tokio::task::block_in_place(|| {
+            Ok::<_, RuntimeError>(SourceSnapshot {
+                position: r.routed,
+                dead_letter: self.dead_letter.pre_commit(id)?,
+                dead_letters: self.dead_letters,
+                input: self.source.identity(r.routed)?,
+                max_timestamp: r.max_ts,
+            })
+        })
+        .map_err(|e| e.in_checkpoint(id, "source"))?;
         self.acks
             .send(Ack::Snapshot(id, TaskSnapshot::Source(snapshot)))
             .await
@@ -201,7 +268,7 @@ impl<I: Send + 'static> SourceTask<I> {
     fn commit_if_completed(&mut self) -> Result<()> {
         if self.completed.has_changed().unwrap_or(false) {
             let id = *self.completed.borrow_and_update();
-            self.dead_letter.commit(id)?;
+            tokio::task::block_in_place(|| self.dead_letter.commit(id))?;
         }
         Ok(())
     }

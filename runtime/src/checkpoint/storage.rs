@@ -1,0 +1,233 @@
+//! A checkpoint directory: completed checkpoints, their retention, and the
+//! clean-up of what failed or incomplete checkpoints left behind.
+//!
+//! A checkpoint exists once its `chk-N/_metadata` does (written last,
+//! atomically and durably). Anything else under `chk-*` is a checkpoint in
+//! flight or one that never completed: it is ignored by restores, removed at
+//! every start (no checkpoint is in flight then), removed when a checkpoint
+//! fails, and removed by retention once older than the oldest one kept.
+
+use super::CheckpointMetadata;
+use crate::dir_lock::{lock_dir, DirLock};
+use crate::error::{Result, RuntimeError};
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A checkpoint directory.
+#[derive(Debug, Clone)]
+pub struct CheckpointStorage {
+    root: PathBuf,
+    /// Held (locked) by the one job that writes here.
+    _lock: Option<Arc<DirLock>>,
+}
+
+fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
+    let text = fs::read_to_string(path).map_err(RuntimeError::io(path))?;
+    CheckpointMetadata::decode(&text)
+        .map_err(|reason| RuntimeError::checkpoint(path, format!("unreadable metadata: {reason}")))
+}
+
+/// Makes the directory entries of `dir` durable (after a create, rename or
+/// hard link in it).
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(RuntimeError::io(dir))
+}
+
+impl CheckpointStorage {
+    /// Storage rooted at `root` (created if absent), locked for this process:
+    /// a second job on the same directory is refused.
+    pub fn open(root: &Path) -> Result<Self> {
+        Ok(Self {
+            root: root.to_owned(),
+            _lock: Some(Arc::new(lock_dir(root, "checkpoint directory")?)),
+        })
+    }
+
+    /// Opens existing storage for reading; a missing directory is an error.
+    pub fn existing(root: &Path) -> Result<Self> {
+        if !root.is_dir() {
+            return Err(RuntimeError::checkpoint(
+                root,
+                "no such checkpoint directory",
+            ));
+        }
+        Ok(Self {
+            root: root.to_owned(),
+            _lock: None,
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn dir_of(&self, id: u64) -> PathBuf {
+        self.root.join(format!("chk-{id}"))
+    }
+
+    /// Every `chk-<N>` directory, completed or not: `(N, path)`, by id.
+    fn checkpoint_dirs(&self) -> Result<Vec<(u64, PathBuf)>> {
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&self.root).map_err(RuntimeError::io(&self.root))? {
+            let dir = entry.map_err(RuntimeError::io(&self.root))?.path();
+            let id = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("chk-"))
+                .and_then(|n| n.parse().ok());
+            if let Some(id) = id {
+                found.push((id, dir));
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Every completed checkpoint, oldest first. An unreadable `_metadata`
+    /// of an older checkpoint is skipped (a newer one supersedes it); an
+    /// unreadable newest one is an error, never silently passed over.
+    pub fn list(&self) -> Result<Vec<CheckpointMetadata>> {
+        let completed: Vec<(u64, PathBuf)> = self
+            .checkpoint_dirs()?
+            .into_iter()
+            .map(|(id, dir)| (id, dir.join("_metadata")))
+            .filter(|(_, meta)| meta.is_file())
+            .collect();
+        let newest = completed.last().map(|(id, _)| *id);
+        let mut out = Vec::new();
+        for (id, path) in completed {
+            match read_metadata(&path) {
+                Ok(meta) => out.push(meta),
+                Err(e) if Some(id) == newest => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest completed checkpoint, if any.
+    pub fn latest(&self) -> Result<Option<CheckpointMetadata>> {
+        Ok(self.list()?.pop())
+    }
+
+    /// Writes `meta` atomically and durably: after this returns, the
+    /// checkpoint exists, also after a power loss.
+    pub(crate) fn commit(&self, meta: &CheckpointMetadata) -> Result<()> {
+        let dir = self.dir_of(meta.id);
+        fs::create_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+        let tmp = dir.join("_metadata.tmp");
+        let body = meta
+            .encode()
+            .map_err(|e| RuntimeError::checkpoint(&tmp, e))?;
+        {
+            use std::io::Write;
+            let mut f = fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
+            f.write_all(&body).map_err(RuntimeError::io(&tmp))?;
+            f.sync_all().map_err(RuntimeError::io(&tmp))?;
+        }
+        fs::rename(&tmp, dir.join("_metadata")).map_err(RuntimeError::io(&tmp))?;
+        sync_dir(&dir)?;
+        sync_dir(&self.root)
+    }
+
+    fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
+        meta.operators
+            .iter()
+            .flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
+    }
+
+    /// Removes what a failed checkpoint `id` wrote into its own directory
+    /// (shared files it stored are removed by the next start's sweep).
+    pub(crate) fn discard(&self, id: u64) -> Result<()> {
+        let dir = self.dir_of(id);
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::io(&dir)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Keeps the newest `keep` completed checkpoints; deletes the others and
+    /// the shared files only they used, and every other `chk-*` directory
+    /// older than the oldest one kept (failed checkpoints, and completed
+    /// ones whose metadata cannot be read).
+    pub(crate) fn retain(&self, keep: usize) -> Result<()> {
+        let all = self.list()?;
+        let Some(oldest_kept) = all.len().checked_sub(keep.max(1)).map(|i| all[i].id) else {
+            return Ok(());
+        };
+        let (dropped, kept) = all.split_at(all.len() - keep.max(1));
+        let live: HashSet<&str> = kept.iter().flat_map(Self::objects).collect();
+        for meta in dropped {
+            for object in
+                Self::objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o))
+            {
+                let _ = fs::remove_file(self.root.join(object));
+            }
+        }
+        for (id, dir) in self.checkpoint_dirs()? {
+            if id < oldest_kept {
+                fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes what no completed checkpoint references: directories of
+    /// checkpoints that never completed and shared files they alone stored.
+    /// Call only while no checkpoint is in flight (at job start).
+    pub(crate) fn sweep_incomplete(&self) -> Result<()> {
+        let all = self.list()?;
+        let live: HashSet<String> = all
+            .iter()
+            .flat_map(Self::objects)
+            .map(str::to_owned)
+            .collect();
+        for (_, dir) in self.checkpoint_dirs()? {
+            if !dir.join("_metadata").is_file() {
+                fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+            }
+        }
+        let shared = self.root.join("shared");
+        if let Ok(files) = fs::read_dir(&shared) {
+            for f in files.flatten() {
+                let object = format!("shared/{}", f.file_name().to_string_lossy());
+                if !live.contains(&object) {
+                    let _ = fs::remove_file(f.path());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_removes_older_checkpoints_with_unreadable_metadata_and_failed_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(dir.path()).unwrap();
+        let meta = |id| CheckpointMetadata::for_tests("job", id);
+        for id in 1..=4 {
+            storage.commit(&meta(id)).unwrap();
+        }
+        std::fs::write(storage.dir_of(2).join("_metadata"), "{not json").unwrap();
+        std::fs::create_dir_all(storage.dir_of(3).join("op-0")).unwrap();
+        std::fs::remove_file(storage.dir_of(3).join("_metadata")).unwrap();
+        storage.commit(&meta(5)).unwrap();
+        storage.retain(2).unwrap();
+        let left: Vec<u64> = storage
+            .checkpoint_dirs()
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(left, vec![4, 5]);
+    }
+}

@@ -1,0 +1,91 @@
+//! One user per directory: every directory a job writes (its output, its
+//! checkpoints, its live local state) is locked for the life of the process.
+//!
+//! [`lock_dir`] takes an exclusive advisory lock (`flock`) on `<dir>/_lock`
+//! and writes who holds it (process id, role, start time) into that file;
+//! a second job asking for the directory is refused with the holder named.
+//! The lock ends with the process, even on SIGKILL, so a crash never leaves
+//! a directory locked.
+
+use crate::error::{Result, RuntimeError};
+use std::fs;
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+
+/// A held directory lock; the directory is free again when it is dropped.
+#[derive(Debug)]
+pub(crate) struct DirLock {
+    _file: fs::File,
+}
+
+/// Creates `dir` if needed and locks it as the `role` of this process (for
+/// example "checkpoint directory"), for as long as the returned lock lives.
+///
+/// Errors: [`RuntimeError::Usage`] naming the holder when another job (or
+/// this one, in another role) holds the directory; I/O errors naming the path.
+pub(crate) fn lock_dir(dir: &Path, role: &str) -> Result<DirLock> {
+    fs::create_dir_all(dir).map_err(RuntimeError::io(dir))?;
+    let path = dir.join("_lock");
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(RuntimeError::io(&path))?;
+    if file.try_lock().is_err() {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Err(refusal(dir, role, holder.trim()));
+    }
+    let me = format!(
+        "pid {} ({}) since {}",
+        std::process::id(),
+        role,
+        chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ")
+    );
+    file.set_len(0)
+        .and_then(|_| file.rewind())
+        .and_then(|_| file.write_all(me.as_bytes()))
+        .map_err(RuntimeError::io(&path))?;
+    Ok(DirLock { _file: file })
+}
+
+fn refusal(dir: &Path, role: &str, holder: &str) -> RuntimeError {
+    let mine = format!("pid {} (", std::process::id());
+    if let Some(rest) = holder.strip_prefix(&mine) {
+        let other_role = rest.split(')').next().unwrap_or("another role");
+        return RuntimeError::Usage(format!(
+            "{} cannot be this job's {role}: it is already its {other_role}; give each its own directory",
+            dir.display()
+        ));
+    }
+    let holder = if holder.is_empty() {
+        "another strata process".to_owned()
+    } else {
+        format!("strata {holder}")
+    };
+    RuntimeError::Usage(format!(
+        "{role} {} is in use by another strata job: {holder}",
+        dir.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_locked_twice_in_one_process_names_both_roles() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = lock_dir(dir.path(), "output directory").unwrap();
+        let e = lock_dir(dir.path(), "checkpoint directory")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot be this job's checkpoint directory")
+                && e.contains("already its output directory"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! The [`Pipeline`] builder: file source → key-by → keyed process function →
+//! JSON-lines sink, with checkpoints and recovery.
+//!
+//! ```no_run
+//! use strata_runtime::jobs::route_history::{self, RouteHistory};
+//! use strata_runtime::{JobConfig, Pipeline};
+//! let report = Pipeline::new("route-history", JobConfig::default(), RouteHistory::default)
+//!     .file_source("flights.parquet", route_history::schema(), route_history::parse)
+//!     .key_by(route_history::key)
+//!     .timestamps(|flight| flight.date)
+//!     .jsonl_sink("out/")
+//!     .checkpoint_dir("checkpoints/")
+//!     .run()?;
+//! println!("{} records in", report.records_in);
+//! # Ok::<(), strata_runtime::RuntimeError>(())
+//! ```
+//!
+//! The source runs with parallelism 1; the keyed operator with
+//! `parallelism` instances and the sink with `sink.parallelism`, keyed
+//! instance i feeding sink i mod `sink.parallelism`. Every edge is bounded
+//! (`channel.capacity` batches of `channel.batch-size` records).
+
+mod restore;
+mod wiring;
+
+use crate::channel::edge;
+use crate::checkpoint::coordinator::{self, Coordinator};
+use crate::checkpoint::{CheckpointMetadata, CheckpointStats, CheckpointStorage};
+use crate::config::JobConfig;
+use crate::dir_lock::lock_dir;
+use crate::error::{Result, RuntimeError};
+use crate::function::KeyedProcessFunction;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use strata_cache::l3::L3Stats;
+use strata_cache::TierStats;
+use strata_connectors::{FileSource, Format, Position, RecordError, Row, Schema};
+use tokio::sync::{mpsc, watch};
+use wiring::{join_all, shutdown_signal, SourceParts, Wiring};
+
+pub(crate) type ParseFn<I> =
+    Arc<dyn Fn(Row, &Schema) -> std::result::Result<I, RecordError> + Send + Sync>;
+pub(crate) type KeyFn<I> = Arc<dyn Fn(&I) -> Vec<u8> + Send + Sync>;
+pub(crate) type TimestampFn<I> = Arc<dyn Fn(&I) -> i64 + Send + Sync>;
+
+/// What a finished run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobReport {
+    /// Records the source read in this run (good and bad).
+    pub records_in: u64,
+    /// Records the sinks wrote in this run.
+    pub records_out: u64,
+    /// Bad records sent to the dead-letter output in this run.
+    pub dead_letters: u64,
+    /// Wall-clock time of the run.
+    pub elapsed: Duration,
+    /// The checkpoint the run restored from, if any.
+    pub restored_from: Option<u64>,
+    /// Time spent restoring state before processing started.
+    pub restore_time: Duration,
+    /// Checkpoints completed in this run.
+    pub checkpoints: Vec<CheckpointStats>,
+    /// Checkpoints that failed in this run (tolerated; see
+    /// `checkpoint.tolerable-failures`).
+    pub checkpoints_failed: u32,
+    /// Tier figures summed over operator instances.
+    pub tiers: TierStats,
+    /// L3 request figures (`None` without L3).
+    pub l3: Option<L3Stats>,
+}
+
+struct SourceSpec<I> {
+    path: PathBuf,
+    schema: Schema,
+    parse: ParseFn<I>,
+}
+
+/// A job under construction. See the module docs.
+pub struct Pipeline<F: KeyedProcessFunction> {
+    name: String,
+    config: JobConfig,
+    factory: Box<dyn Fn() -> F>,
+    source: Option<SourceSpec<F::In>>,
+    key_of: Option<KeyFn<F::In>>,
+    timestamp_of: Option<TimestampFn<F::In>>,
+    output: Option<PathBuf>,
+    checkpoint_dir: Option<PathBuf>,
+    restore: bool,
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl<F> Pipeline<F>
+where
+    F: KeyedProcessFunction,
+    F::Out: Serialize,
+{
+    /// A job named `name`; `factory` makes one function instance per
+    /// parallel operator instance.
+    pub fn new(name: &str, config: JobConfig, factory: impl Fn() -> F + 'static) -> Self {
+        Self {
+            name: name.to_owned(),
+            config,
+            factory: Box::new(factory),
+            source: None,
+            key_of: None,
+            timestamp_of: None,
+            output: None,
+            checkpoint_dir: None,
+            restore: false,
+            metrics_addr: None,
+        }
+    }
+
+    /// Reads `path` (format from its extension) as rows of `schema`,
+    /// turned into records by `parse`.
+    pub fn file_source(
+        mut self,
+        path: impl Into<PathBuf>,
+        schema: Schema,
+        parse: impl Fn(Row, &Schema) -> std::result::Result<F::In, RecordError> + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(SourceSpec {
+            path: path.into(),
+            schema,
+            parse: Arc::new(parse),
+        });
+        self
+    }
+
+    /// The key of a record, as bytes.
+    pub fn key_by(mut self, key: impl Fn(&F::In) -> Vec<u8> + Send + Sync + 'static) -> Self {
+        self.key_of = Some(Arc::new(key));
+        self
+    }
+
+    /// The event timestamp of a record, ms since the epoch.
+    pub fn timestamps(mut self, ts: impl Fn(&F::In) -> i64 + Send + Sync + 'static) -> Self {
+        self.timestamp_of = Some(Arc::new(ts));
+        self
+    }
+
+    /// Writes output as JSON lines into directory `dir`.
+    pub fn jsonl_sink(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.output = Some(dir.into());
+        self
+    }
+
+    /// Checkpoint storage directory (default `<output>/_checkpoints`).
+    pub fn checkpoint_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.checkpoint_dir = Some(dir.into());
+        self
+    }
+
+    /// Restore from the latest completed checkpoint instead of starting fresh.
+    pub fn restore_latest(mut self, restore: bool) -> Self {
+        self.restore = restore;
+        self
+    }
+
+    /// Serve Prometheus metrics on `addr`.
+    pub fn metrics_addr(mut self, addr: Option<std::net::SocketAddr>) -> Self {
+        self.metrics_addr = addr;
+        self
+    }
+
+    /// Runs the job to the end of its input; the final checkpoint commits
+    /// all output. Errors are one-line reasons (see [`RuntimeError`]).
+    pub fn run(self) -> Result<JobReport> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.config.parallelism.clamp(2, 64) as usize)
+            .enable_all()
+            .build()
+            .map_err(RuntimeError::io(Path::new("tokio runtime")))?;
+        runtime.block_on(self.run_async())
+    }
+
+    fn missing(what: &str) -> RuntimeError {
+        RuntimeError::Config {
+            key: what.into(),
+            reason: "the pipeline has none".into(),
+        }
+    }
+
+    /// Everything the builder must have been given, checked before
+    /// anything is created on disk.
+    fn take_parts(&mut self) -> Result<Parts<F::In>> {
+        let spec = self.source.take().ok_or_else(|| Self::missing("source"))?;
+        let key_of = self.key_of.take().ok_or_else(|| Self::missing("key_by"))?;
+        let timestamp_of = self
+            .timestamp_of
+            .take()
+            .ok_or_else(|| Self::missing("timestamps"))?;
+        let output = self.output.clone().ok_or_else(|| Self::missing("sink"))?;
+        let checkpoint_dir = self
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| output.join("_checkpoints"));
+        // Open the input once to check it (exists, format, columns).
+        let format = Format::from_path(&spec.path)?;
+        FileSource::open(&spec.path, format, &spec.schema, Position::default())?;
+        Ok(Parts {
+            spec,
+            format,
+            key_of,
+            timestamp_of,
+            output,
+            checkpoint_dir,
+        })
+    }
+
+    async fn run_async(mut self) -> Result<JobReport> {
+        let started = Instant::now();
+        let parts = self.take_parts()?;
+        if let Some(addr) = self.metrics_addr {
+            crate::metrics::serve(addr)?;
+        }
+        let storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
+        let _output_lock = lock_dir(&parts.output, "output directory")?;
+        let restored = self.restore_point(&storage)?;
+        let source = open_source(&parts, restored.as_ref(), &storage)?;
+        let work = self
+            .config
+            .local_dir
+            .clone()
+            .unwrap_or_else(|| storage.root().join("_work"));
+        let _work_lock = lock_dir(&work, "local state directory")?;
+        let restore_started = Instant::now();
+        let cold = self.connect_l3(&storage, restored.as_ref()).await?;
+        let (par, sink_par) = restored.as_ref().map_or(
+            (self.config.parallelism, self.config.sink_parallelism()),
+            |m| (m.parallelism, m.sinks.len() as u32),
+        );
+        let (ack_tx, ack_rx) = mpsc::channel(2 * (par + sink_par) as usize + 4);
+        let (trigger_tx, trigger_rx) = mpsc::channel(1);
+        let (done_tx, done_rx) = watch::channel(restored.as_ref().map_or(0, |m| m.id));
+        let mut w = Wiring::new(
+            self.config.clone(),
+            storage.clone(),
+            restored,
+            parts.output.clone(),
+            work,
+            ack_tx,
+            done_rx,
+            cold.as_ref().map(|c| c.tier.clone()),
+        );
+        let to_sinks = w.spawn_sinks::<F::Out>(par, sink_par)?;
+        let mut to_ops = Vec::new();
+        let mut stores = Vec::new();
+        for (i, to_sink) in to_sinks.into_iter().enumerate() {
+            let (tx, rx) = edge(w.config.channel_capacity);
+            to_ops.push(tx);
+            stores.push(w.spawn_keyed((self.factory)(), i as u32, par, rx, to_sink)?);
+        }
+        let restore_time = restore_started.elapsed();
+        w.spawn_source(SourceParts {
+            source,
+            schema: parts.spec.schema,
+            parse: parts.spec.parse,
+            key_of: parts.key_of,
+            timestamp_of: parts.timestamp_of,
+            to_ops,
+            triggers: trigger_rx,
+        })?;
+        let coordinator = Coordinator {
+            storage,
+            settings: coordinator::Settings {
+                job: self.name.clone(),
+                interval: w.config.checkpoint_interval,
+                timeout: w.config.checkpoint_timeout,
+                tolerable_failures: w.config.tolerable_failures,
+                retained: w.config.checkpoints_retained,
+                max_parallelism: w.config.max_parallelism,
+                parallelism: par,
+                sinks: sink_par,
+            },
+            next_id: w.restored.as_ref().map_or(1, |m| m.id + 1),
+            trigger: trigger_tx,
+            acks: ack_rx,
+            completed: done_tx,
+            cold: cold
+                .as_ref()
+                .map(|c| (c.tier.clone(), c.lineage, c.tier.table().to_owned())),
+            l3_version: w
+                .restored
+                .as_ref()
+                .and_then(|m| m.l3_version)
+                .unwrap_or(i64::MIN),
+        };
+        let checkpoints = w.spawn_coordinator(coordinator);
+        let progress = w.progress.clone();
+        let reporter = tokio::spawn(crate::progress::report(
+            progress.clone(),
+            stores.clone(),
+            std::mem::take(&mut w.clocks),
+        ));
+        let outcome = tokio::select! {
+            outcome = join_all(&mut w.tasks) => outcome,
+            signal = shutdown_signal() => Err(RuntimeError::Interrupted { signal, checkpoint: *w.completed.borrow() }),
+        };
+        reporter.abort();
+        outcome?;
+        let checkpoints =
+            std::mem::take(&mut *checkpoints.lock().unwrap_or_else(|p| p.into_inner()));
+        let tiers = crate::progress::tier_totals(&stores);
+        // The final checkpoint holds everything: the live RocksDB
+        // directories are no longer needed once their stores are closed.
+        drop(stores);
+        let _ = reporter.await;
+        std::fs::remove_dir_all(&w.work).map_err(RuntimeError::io(&w.work))?;
+        use std::sync::atomic::Ordering::Relaxed;
+        Ok(JobReport {
+            records_in: progress.records_in.load(Relaxed),
+            records_out: progress.records_out.load(Relaxed),
+            dead_letters: progress.dead_letters.load(Relaxed),
+            elapsed: started.elapsed(),
+            restored_from: w.restored.as_ref().map(|m| m.id),
+            restore_time: if w.restored.is_some() {
+                restore_time
+            } else {
+                Duration::ZERO
+            },
+            checkpoints: checkpoints.completed,
+            checkpoints_failed: checkpoints.failed,
+            tiers,
+            l3: cold.map(|c| c.tier.stats()),
+        })
+    }
+}
+
+/// What [`Pipeline::take_parts`] checked.
+struct Parts<I> {
+    spec: SourceSpec<I>,
+    format: Format,
+    key_of: KeyFn<I>,
+    timestamp_of: TimestampFn<I>,
+    output: PathBuf,
+    checkpoint_dir: PathBuf,
+}
+
+/// Opens the source at the restored position (or the start), checking that
+/// it is the input the restored checkpoint read.
+fn open_source<I>(
+    parts: &Parts<I>,
+    restored: Option<&CheckpointMetadata>,
+    storage: &CheckpointStorage,
+) -> Result<FileSource> {
+    let spec = &parts.spec;
+    let position = restored.map_or(Position::default(), |m| m.source.position);
+    let mut source = FileSource::open(&spec.path, parts.format, &spec.schema, position)?;
+    if let Some(m) = restored {
+        source.verify(&m.source.input).map_err(|reason| {
+            RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "checkpoint {}: {reason}: restore needs the same input file",
+                    m.id
+                ),
+            )
+        })?;
+    }
+    Ok(source)
+}

@@ -1,0 +1,183 @@
+//! Where a run starts from: the checkpoint it restores (checked against
+//! the job and its configuration), the leftovers of failed or crashed
+//! checkpoints it removes, and its claim on L3.
+
+use super::Pipeline;
+use crate::checkpoint::storage::sync_dir;
+use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
+use crate::error::{Result, RuntimeError};
+use crate::function::KeyedProcessFunction;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::Arc;
+use strata_cache::l3::CassandraTier;
+
+/// L3 as a run uses it.
+pub(super) struct Cold {
+    /// The connected, claimed tier.
+    pub(super) tier: Arc<CassandraTier>,
+    /// The job's lineage there.
+    pub(super) lineage: i64,
+}
+
+/// The file of a checkpoint directory that fixes the job's L3 lineage
+/// before its first checkpoint completes, so that a run started over
+/// (killed before any checkpoint) takes over its own earlier claim.
+const LINEAGE_FILE: &str = "_l3_lineage";
+
+/// The job's L3 lineage: the restored checkpoint's, else the one this
+/// checkpoint directory fixed at its first start (written, fsynced, now if
+/// absent).
+fn lineage(storage: &CheckpointStorage, restored: Option<&CheckpointMetadata>) -> Result<i64> {
+    if let Some(lineage) = restored.and_then(|m| m.l3_lineage) {
+        return Ok(lineage);
+    }
+    let path = storage.root().join(LINEAGE_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        return text.trim().parse().map_err(|_| {
+            RuntimeError::checkpoint(&path, format!("'{}' is not an L3 lineage", text.trim()))
+        });
+    }
+    let lineage = chrono::Utc::now().timestamp_micros();
+    write_durably(&path, &lineage.to_string())?;
+    Ok(lineage)
+}
+
+fn write_durably(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(RuntimeError::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(RuntimeError::io(path))?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+impl<F> Pipeline<F>
+where
+    F: KeyedProcessFunction,
+    F::Out: Serialize,
+{
+    /// Migration mode must name a list state of this job.
+    fn check_migrated_state(&self) -> Result<()> {
+        let Some([state, ..]) = &self.config.l3.migration else {
+            return Ok(());
+        };
+        let states = (self.factory)().states();
+        if states
+            .iter()
+            .any(|s| &s.name == state && s.kind == strata_cache::StateKind::List)
+        {
+            return Ok(());
+        }
+        let lists: Vec<&str> = states
+            .iter()
+            .filter(|s| s.kind == strata_cache::StateKind::List)
+            .map(|s| s.name.as_str())
+            .collect();
+        Err(RuntimeError::Config {
+            key: "state.l3.migration.state".into(),
+            reason: format!(
+                "'{state}' is not a list state of job '{}' (its list states: {})",
+                self.name,
+                if lists.is_empty() {
+                    "none".into()
+                } else {
+                    lists.join(", ")
+                }
+            ),
+        })
+    }
+
+    /// Connects to L3 when the configuration turns it on, claims it for
+    /// this run (a table another job uses, or a zombie, is refused; see
+    /// `strata_cache::l3`), and pins the version of the restored checkpoint
+    /// (whose picked keys a restored store moves again). A restored
+    /// checkpoint whose cold state lives in another table, or in a table
+    /// that no longer holds this job's claim (truncated), is refused.
+    pub(super) async fn connect_l3(
+        &self,
+        storage: &CheckpointStorage,
+        restored: Option<&CheckpointMetadata>,
+    ) -> Result<Option<Cold>> {
+        if !self.config.l3.enabled() {
+            return Ok(None);
+        }
+        self.check_migrated_state()?;
+        let lineage = lineage(storage, restored)?;
+        let config = self.config.l3.client_config(lineage);
+        let table = format!("{}.{}", config.keyspace, config.table).to_lowercase();
+        let moved_to = restored.and_then(|m| m.l3_table.clone());
+        if let Some(recorded) = moved_to.as_ref().filter(|t| **t != table) {
+            return Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "the restored checkpoint keeps its cold state in L3 table {recorded}, but state.l3.keyspace/table name {table}: restore with the same L3 settings"
+                ),
+            ));
+        }
+        let restored_id = restored.map_or(0, |m| m.id);
+        let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+            ^ i64::from(std::process::id());
+        let tier = tokio::task::spawn_blocking(move || {
+            let tier = CassandraTier::connect(config)?;
+            tier.claim(run, restored_id, moved_to.is_some())?;
+            Ok::<_, strata_cache::StateError>(tier)
+        })
+        .await
+        .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))??;
+        if let Some((id, version)) = restored.and_then(|m| Some((m.id, m.l3_version?))) {
+            tier.pin_version(id, version);
+        }
+        Ok(Some(Cold {
+            tier: Arc::new(tier),
+            lineage,
+        }))
+    }
+
+    /// The checkpoint to restore (`None`: start from the beginning). What
+    /// failed or crashed checkpoints left in the directory is removed first:
+    /// no checkpoint is in flight now.
+    pub(super) fn restore_point(
+        &self,
+        storage: &CheckpointStorage,
+    ) -> Result<Option<CheckpointMetadata>> {
+        storage.sweep_incomplete()?;
+        let latest = storage.latest()?;
+        if !self.restore {
+            if let Some(m) = latest {
+                return Err(RuntimeError::checkpoint(
+                    storage.root(),
+                    format!("already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty checkpoint directory", m.id),
+                ));
+            }
+            return Ok(None);
+        }
+        let Some(meta) = latest else {
+            // Killed before its first checkpoint: nothing was committed, so
+            // the run starts over (the sinks delete the uncommitted files).
+            eprintln!(
+                "strata: no completed checkpoint in {}: starting from the beginning",
+                storage.root().display()
+            );
+            return Ok(None);
+        };
+        if meta.job != self.name {
+            return Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "holds checkpoints of job '{}', not '{}'",
+                    meta.job, self.name
+                ),
+            ));
+        }
+        meta.validate(&self.config).map_err(|reason| {
+            RuntimeError::checkpoint(
+                storage.root(),
+                format!("checkpoint {} is inconsistent: {reason}", meta.id),
+            )
+        })?;
+        Ok(Some(meta))
+    }
+}

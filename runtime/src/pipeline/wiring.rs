@@ -1,0 +1,286 @@
+//! Spawning a run's tasks and joining them: the sinks, the keyed operator
+//! instances (each with its store, restored or fresh), the source and the
+//! checkpoint coordinator, all in one join set, so that the first real
+//! failure of any of them — not a closed channel it caused — is the error
+//! the job ends with.
+
+use super::{KeyFn, ParseFn, TimestampFn};
+use crate::channel::{edge, InputGate, Message, Output, TaskTimes};
+use crate::checkpoint::coordinator::{Coordinator, Outcome};
+use crate::checkpoint::{Ack, CheckpointMetadata, CheckpointStorage, Trigger};
+use crate::config::JobConfig;
+use crate::error::{Result, RuntimeError};
+use crate::function::KeyedProcessFunction;
+use crate::progress::{Progress, TaskClock};
+use crate::task::keyed::{KeyedTask, TIMERS_STATE};
+use crate::task::sink::SinkTask;
+use crate::task::source::SourceTask;
+use crate::task::Keyed;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use strata_cache::key_group::KeyGroupRange;
+use strata_cache::l3::CassandraTier;
+use strata_cache::snapshot::{self, IncrementalUploader};
+use strata_cache::{L2Budget, StateDescriptor, StateStore};
+use strata_connectors::{FileSink, FileSource, Schema, Throttle};
+use tokio::sync::{mpsc, watch};
+
+/// The source and what it routes to, for [`Wiring::spawn_source`].
+pub(super) struct SourceParts<I> {
+    pub(super) source: FileSource,
+    pub(super) schema: Schema,
+    pub(super) parse: ParseFn<I>,
+    pub(super) key_of: KeyFn<I>,
+    pub(super) timestamp_of: TimestampFn<I>,
+    pub(super) to_ops: Vec<mpsc::Sender<Message<Keyed<I>>>>,
+    pub(super) triggers: mpsc::Receiver<Trigger>,
+}
+
+/// What the tasks of one run share while they are being spawned.
+pub(super) struct Wiring {
+    pub(super) config: JobConfig,
+    storage: CheckpointStorage,
+    pub(super) restored: Option<CheckpointMetadata>,
+    output: PathBuf,
+    pub(super) work: PathBuf,
+    budget: L2Budget,
+    run_id: String,
+    pub(super) progress: Arc<Progress>,
+    acks: mpsc::Sender<Ack>,
+    pub(super) completed: watch::Receiver<u64>,
+    pub(super) tasks: tokio::task::JoinSet<Result<()>>,
+    pub(super) clocks: Vec<TaskClock>,
+    cold: Option<Arc<CassandraTier>>,
+}
+
+impl Wiring {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        config: JobConfig,
+        storage: CheckpointStorage,
+        restored: Option<CheckpointMetadata>,
+        output: PathBuf,
+        work: PathBuf,
+        acks: mpsc::Sender<Ack>,
+        completed: watch::Receiver<u64>,
+        cold: Option<Arc<CassandraTier>>,
+    ) -> Self {
+        Self {
+            budget: L2Budget::new(config.l2_memory as usize),
+            run_id: format!(
+                "{:x}",
+                chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+                    ^ i64::from(std::process::id())
+            ),
+            config,
+            storage,
+            restored,
+            output,
+            work,
+            progress: Arc::new(Progress::default()),
+            acks,
+            completed,
+            tasks: tokio::task::JoinSet::new(),
+            clocks: Vec::new(),
+            cold,
+        }
+    }
+
+    /// Spawns the checkpoint coordinator into the join set; what it did is
+    /// in the returned slot once it ends.
+    pub(super) fn spawn_coordinator(&mut self, coordinator: Coordinator) -> Arc<Mutex<Outcome>> {
+        let slot = Arc::new(Mutex::new(Outcome::default()));
+        let filled = slot.clone();
+        self.tasks.spawn(async move {
+            let outcome = coordinator.run().await?;
+            *filled.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+            Ok(())
+        });
+        slot
+    }
+
+    fn times(&mut self, name: String) -> Arc<TaskTimes> {
+        let times = Arc::new(TaskTimes::default());
+        self.clocks.push(TaskClock::new(name, times.clone()));
+        times
+    }
+
+    /// Spawns `sinks` sink instances; keyed instance i feeds sink i % sinks
+    /// (so a key's records stay in order). Returns the edge of each keyed
+    /// instance.
+    pub(super) fn spawn_sinks<O: Serialize + Send + 'static>(
+        &mut self,
+        keyed: u32,
+        sinks: u32,
+    ) -> Result<Vec<mpsc::Sender<Message<O>>>> {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..keyed)
+            .map(|_| edge(self.config.channel_capacity))
+            .unzip();
+        // Sink j reads the edges of keyed instances j, j + sinks, j + 2·sinks, …
+        let mut inputs_of: Vec<Vec<_>> = (0..sinks).map(|_| Vec::new()).collect();
+        for (i, rx) in receivers.into_iter().enumerate() {
+            inputs_of[i % sinks as usize].push(rx);
+        }
+        let throttle = self.config.sink_rate.map(Throttle::new);
+        for (j, inputs) in (0..sinks).zip(inputs_of) {
+            let times = self.times(format!("sink-{j}"));
+            let restored = self.restored.as_ref().map(|m| m.sinks[j as usize].clone());
+            let sink = SinkTask::<O> {
+                index: j,
+                gate: InputGate::new(inputs, times),
+                sink: FileSink::open(&self.output, "part", j, restored)?,
+                throttle: throttle.clone(),
+                acks: self.acks.clone(),
+                completed: self.completed.clone(),
+                progress: self.progress.clone(),
+            };
+            self.tasks.spawn(sink.run());
+        }
+        Ok(senders)
+    }
+
+    /// Opens (or restores) keyed instance `i`'s store and spawns the instance.
+    pub(super) fn spawn_keyed<F: KeyedProcessFunction>(
+        &mut self,
+        function: F,
+        i: u32,
+        parallelism: u32,
+        input: mpsc::Receiver<Message<Keyed<F::In>>>,
+        output: mpsc::Sender<Message<F::Out>>,
+    ) -> Result<StateStore> {
+        let snapshot = self.restored.as_ref().map(|m| &m.operators[i as usize]);
+        let manifest = snapshot.map(|s| &s.manifest);
+        let store = open_store(
+            &self.work.join(format!("op-{i}")),
+            &function.states(),
+            self,
+            parallelism,
+            manifest,
+        )?;
+        let mut uploader =
+            IncrementalUploader::new(self.storage.root(), &format!("{}-op{i}", self.run_id));
+        if let Some(s) = snapshot {
+            store.clock().advance_watermark(s.watermark);
+            uploader.seed(&s.manifest);
+        }
+        let times = self.times(format!("keyed-{i}"));
+        let keyed = KeyedTask {
+            index: i,
+            key_groups: KeyGroupRange::for_operator(self.config.max_parallelism, parallelism, i),
+            function,
+            timers: KeyedTask::<F>::restore_timers(&store)?,
+            store: store.clone(),
+            gate: InputGate::new(vec![input], times.clone()),
+            out: Output::new(vec![output], times),
+            batch_size: self.config.batch_size,
+            uploader: Arc::new(Mutex::new(uploader)),
+            local_checkpoints: self.work.join(format!("op-{i}-checkpoints")),
+            acks: self.acks.clone(),
+            progress: self.progress.clone(),
+            completed: self.completed.clone(),
+        };
+        self.tasks.spawn(keyed.run());
+        Ok(store)
+    }
+
+    pub(super) fn spawn_source<I: Send + 'static>(&mut self, parts: SourceParts<I>) -> Result<()> {
+        let times = self.times("source".into());
+        let c = &self.config;
+        let restored = self.restored.as_ref().map(|m| &m.source);
+        let dead_letter = FileSink::open(
+            &self.output,
+            "dead-letter",
+            0,
+            restored.map(|s| s.dead_letter.clone()),
+        )?;
+        let task = SourceTask {
+            source: parts.source,
+            schema: parts.schema,
+            parse: parts.parse,
+            key_of: parts.key_of,
+            timestamp_of: parts.timestamp_of,
+            out: Output::new(parts.to_ops, times),
+            max_parallelism: c.max_parallelism,
+            batch_size: c.batch_size,
+            throttle: c.source_rate.map(Throttle::new),
+            policy: c.bad_input,
+            dead_letter,
+            dead_letters: restored.map_or(0, |s| s.dead_letters),
+            out_of_orderness_ms: c.out_of_orderness_ms,
+            watermark_interval: c.watermark_interval,
+            max_timestamp: restored.map_or(i64::MIN, |s| s.max_timestamp),
+            triggers: parts.triggers,
+            acks: self.acks.clone(),
+            completed: self.completed.clone(),
+            progress: self.progress.clone(),
+        };
+        self.tasks.spawn(task.run());
+        Ok(())
+    }
+}
+
+/// Opens one operator instance's store, restoring its files when a
+/// snapshot manifest is given (never from the previous run's live directory).
+fn open_store(
+    dir: &Path,
+    states: &[StateDescriptor],
+    w: &Wiring,
+    parallelism: u32,
+    manifest: Option<&snapshot::SnapshotManifest>,
+) -> Result<StateStore> {
+    let c = &w.config;
+    match manifest {
+        Some(m) => snapshot::restore(w.storage.root(), m, dir)?,
+        None if dir.exists() => std::fs::remove_dir_all(dir).map_err(RuntimeError::io(dir))?,
+        None => {}
+    }
+    let mut builder = StateStore::builder(dir)
+        .l1_capacity((c.l1_capacity / u64::from(parallelism)).max(1))
+        .l2_budget(w.budget.clone())
+        .max_parallelism(c.max_parallelism)
+        .state(StateDescriptor::value(TIMERS_STATE));
+    if let Some(cold) = &w.cold {
+        builder = builder.cold_tier(cold.clone());
+        if let Some(capacity) = c.l2_capacity {
+            builder = builder.l2_capacity(capacity);
+        }
+    }
+    for s in states {
+        builder = builder.state(s.clone());
+    }
+    Ok(builder.open()?)
+}
+
+/// Resolves when the process receives SIGINT or SIGTERM, naming it.
+pub(super) async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// Waits for every task; the first real failure (not a disconnection it
+/// caused) aborts the rest and is returned.
+pub(super) async fn join_all(tasks: &mut tokio::task::JoinSet<Result<()>>) -> Result<()> {
+    let mut first_disconnect = None;
+    while let Some(joined) = tasks.join_next().await {
+        let result = joined.map_err(|e| RuntimeError::Function(format!("task panicked: {e}")))?;
+        match result {
+            Ok(()) => {}
+            Err(RuntimeError::Disconnected) => first_disconnect = Some(RuntimeError::Disconnected),
+            Err(e) => {
+                tasks.abort_all();
+                return Err(e);
+            }
+        }
+    }
+    first_disconnect.map_or(Ok(()), Err)
+}
