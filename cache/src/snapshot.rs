@@ -66,7 +66,9 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
         }),
         Err(_) => {
             let tmp = to.with_extension("partial");
-            fs::copy(from, &tmp).map_err(io_err(from))?;
+            // A failed copy is named by the file it was writing (a full
+            // disk is the destination's).
+            fs::copy(from, &tmp).map_err(io_err(&tmp))?;
             fs::File::open(&tmp)
                 .and_then(|f| f.sync_all())
                 .map_err(io_err(&tmp))?;
