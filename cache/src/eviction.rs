@@ -40,9 +40,15 @@ const MOVE_CHUNK: usize = 2048;
 /// hovering at its capacity does not evict at every checkpoint.
 const LOW_WATER: f64 = 0.8;
 
-/// Keys picked at one checkpoint: `(L1 key, encoded bytes at the barrier)`.
+/// Keys picked at one checkpoint: `(L1 key, encoded bytes at the barrier)`,
+/// and per state the expiry cutoff at the barrier (`None`: nothing
+/// expires). The cutoffs travel with the pick (in L2, so in the
+/// checkpoint): a move repeated after a restore leaves out exactly the
+/// elements the first attempt left out, so a given (key, version) always
+/// writes the same cells to L3.
 pub(crate) struct Pending {
     checkpoint_id: u64,
+    cutoffs: Vec<Option<i64>>,
     entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -132,12 +138,16 @@ impl StateStore {
             return Ok(());
         }
         let keys: Vec<&[u8]> = entries.iter().map(|(k, _)| k.as_slice()).collect();
+        let cutoffs: Vec<Option<i64>> = (0..lower.states.len() as u16)
+            .map(|state| inner.expiry_cutoff(state))
+            .collect();
         lower.db.put(
             PENDING_KEY,
-            codec::encode("(eviction)", &(checkpoint_id, keys))?,
+            codec::encode("(eviction)", &(checkpoint_id, &cutoffs, keys))?,
         )?;
         *lock(&inner.eviction.pending) = Some(Pending {
             checkpoint_id,
+            cutoffs,
             entries,
         });
         Ok(())
@@ -150,7 +160,8 @@ impl StateStore {
         let Some(raw) = lower.db.get(PENDING_KEY)? else {
             return Ok(());
         };
-        let (checkpoint_id, keys): (u64, Vec<Vec<u8>>) = codec::decode("(eviction)", &raw)?;
+        let (checkpoint_id, cutoffs, keys): (u64, Vec<Option<i64>>, Vec<Vec<u8>>) =
+            codec::decode("(eviction)", &raw)?;
         let mut entries = Vec::with_capacity(keys.len());
         for key in keys {
             let state = u16::from_be_bytes([key[0], key[1]]);
@@ -160,6 +171,7 @@ impl StateStore {
         }
         *lock(&self.inner.eviction.pending) = Some(Pending {
             checkpoint_id,
+            cutoffs,
             entries,
         });
         Ok(())
@@ -206,7 +218,7 @@ impl StateStore {
         let _tiers = inner.lock_tiers()?;
         let mut moved = 0;
         for chunk in pending.entries.chunks(MOVE_CHUNK) {
-            moved += inner.move_chunk(cold.as_ref(), chunk, pending.checkpoint_id)?;
+            moved += inner.move_chunk(cold.as_ref(), chunk, pending)?;
         }
         let lower = &inner.lower;
         lower.db.delete_opt(PENDING_KEY, &lower.write_opts)?;
@@ -225,12 +237,20 @@ impl StoreInner {
         &self,
         cold: &dyn crate::store::ColdTier,
         entries: &[(Vec<u8>, Vec<u8>)],
-        checkpoint_id: u64,
+        pending: &Pending,
     ) -> Result<usize> {
+        let checkpoint_id = pending.checkpoint_id;
         let moves = self.moves(entries)?;
         let unexpired: Vec<Vec<u8>> = moves
             .iter()
-            .map(|m| self.drop_expired(m.key, m.picked))
+            .map(|m| {
+                let cutoff = pending
+                    .cutoffs
+                    .get(usize::from(state_of(m.key)))
+                    .copied()
+                    .flatten();
+                self.drop_expired(m.key, m.picked, cutoff)
+            })
             .collect::<Result<_>>()?;
         let writes: Vec<ColdWrite<'_>> = moves
             .iter()
@@ -326,6 +346,11 @@ impl StoreInner {
         // from its start up to the hand.
         for step in 0..=states {
             let state = (first_state + step) % states;
+            // The runtime's own states (`__…`, e.g. timers) stay local:
+            // a task loads them whole from L2 when it starts.
+            if self.name(state).starts_with("__") {
+                continue;
+            }
             let (from, until) = match step {
                 0 => (first_key.as_slice(), None),
                 s if s == states => (&[][..], Some(first_key.as_slice())),
@@ -359,11 +384,12 @@ impl StoreInner {
         Ok(false)
     }
 
-    /// The bytes to write to L3 for an entry: expired list elements left
-    /// out (never written to L3), an expired value as a tombstone.
-    fn drop_expired(&self, l1_key: &[u8], bytes: &[u8]) -> Result<Vec<u8>> {
+    /// The bytes to write to L3 for an entry: list elements written at or
+    /// before `cutoff` left out (never written to L3), a value written then
+    /// as a tombstone.
+    fn drop_expired(&self, l1_key: &[u8], bytes: &[u8], cutoff: Option<i64>) -> Result<Vec<u8>> {
         let state = state_of(l1_key);
-        let Some(cutoff) = self.expiry_cutoff(state) else {
+        let Some(cutoff) = cutoff else {
             return Ok(bytes.to_vec());
         };
         let name = self.name(state);

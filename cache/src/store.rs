@@ -905,7 +905,9 @@ impl StoreInner {
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let lower = &self.lower;
         let cf = lower.cf(state)?;
-        if self.cold.is_none() {
+        // Without L3, or for the runtime's own states (never moved to L3),
+        // nothing older can hide behind a deletion.
+        if self.cold.is_none() || self.name(state).starts_with("__") {
             return Ok(lower
                 .db
                 .delete_cf_opt(&cf, &l1_key[2..], &lower.write_opts)?);

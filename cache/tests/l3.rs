@@ -331,3 +331,187 @@ fn a_migration_table_of_another_shape_is_a_clear_error_at_connect() {
     let missing = connect("no_such_table");
     assert!(missing.contains("does not exist"), "{missing}");
 }
+
+/// A store whose L2 holds one byte (every checkpoint moves every key L1
+/// does not hold) with a list state of 100 ms event-time TTL.
+fn ttl_store(dir: &std::path::Path, cold: Arc<CassandraTier>) -> StateStore {
+    StateStore::builder(dir)
+        .l1_capacity(1)
+        .l2_capacity(1)
+        .cold_tier(cold)
+        .state(
+            StateDescriptor::list("events").with_ttl(Ttl::event_time(Duration::from_millis(100))),
+        )
+        .open()
+        .unwrap()
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn a_move_repeated_after_a_restore_writes_the_same_cells_though_the_watermark_moved_on() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("repeat");
+    let dir = tempfile::tempdir().unwrap();
+    let cold = tier(&ks, 3_000_000, None);
+    let a = ttl_store(&dir.path().join("a"), cold.clone());
+    let events = a.list_state::<u32>("events").unwrap();
+    for i in 0..200u32 {
+        let ts = 10 * i64::from(i);
+        a.set_record_timestamp(ts);
+        a.clock().advance_watermark(ts - 500);
+        events.add(&[(i % 10) as u8], i).unwrap();
+    }
+    // Checkpoint 1 picks every key; its move reaches L3 — then the
+    // process dies before L2 forgets them (the `before-l2-delete` crash).
+    a.checkpoint(&dir.path().join("chk-1"), 1).unwrap();
+    a.checkpoint_completed(1).unwrap();
+    let version = cold.version_of(1);
+    let written = cql.fingerprint(&ks);
+    assert_eq!(written.len(), 60, "the unexpired elements at the barrier");
+    drop((events, a));
+
+    // The restored run repeats the move, its watermark already further on
+    // (more elements have expired by now): the cells must be the same.
+    let cold = tier(&ks, 3_000_000, None);
+    cold.claim(42, 1, true).unwrap();
+    cold.pin_version(1, version);
+    copy_dir(&dir.path().join("chk-1"), &dir.path().join("b"));
+    let b = ttl_store(&dir.path().join("b"), cold);
+    b.clock().advance_watermark(1990 + 60);
+    b.checkpoint_completed(1).unwrap();
+    assert_eq!(
+        cql.fingerprint(&ks),
+        written,
+        "the repeated move wrote other cells"
+    );
+}
+
+#[test]
+fn expired_cold_elements_are_swept_from_l3_and_reads_stay_exact() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("sweep");
+    let dir = tempfile::tempdir().unwrap();
+    let cold = tier(&ks, 4_000_000, None);
+    let s = ttl_store(&dir.path().join("l2"), cold.clone());
+    let events = s.list_state::<u32>("events").unwrap();
+    let desc =
+        StateDescriptor::list("events").with_ttl(Ttl::event_time(Duration::from_millis(100)));
+    // Ten rounds of 100 ms of event time: each round's elements move to L3
+    // and the keys are never read again; every round sweeps the whole ring.
+    let mut most = 0;
+    for round in 0..10i64 {
+        for i in 0..50i64 {
+            let ts = round * 100 + 2 * i;
+            s.set_record_timestamp(ts);
+            s.clock().advance_watermark(ts);
+            events
+                .add(&[(i % 5) as u8], (round * 50 + i) as u32)
+                .unwrap();
+        }
+        let id = round as u64 + 1;
+        s.checkpoint(&dir.path().join(format!("c{id}")), id)
+            .unwrap();
+        s.checkpoint_completed(id).unwrap();
+        let cutoff = s.clock().watermark() - 100;
+        for slice in 0..strata_cache::l3::SWEEP_SLICES {
+            cold.sweep_expired(&[(desc.clone(), cutoff)], id, slice)
+                .unwrap();
+        }
+        let rows = cql.query(&format!("SELECT ts FROM {ks}.state"));
+        assert!(
+            rows.iter().all(
+                |r| matches!(r.columns[0], Some(scylla::value::CqlValue::BigInt(ts)) if ts > cutoff)
+            ),
+            "round {round}: an expired row is left"
+        );
+        most = most.max(rows.len());
+    }
+    // The state plateaus at one window's worth (50 elements per 100 ms).
+    assert!(most <= 50, "L3 grew to {most} rows");
+    let got: Vec<u32> = events.get(&[4]).unwrap().iter().copied().collect();
+    let want: Vec<u32> = (0..50).filter(|i| i % 5 == 4).map(|i| 450 + i).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_strata_table_of_another_shape_is_refused_at_connect_naming_the_column() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("ownshape");
+    cql.query(&format!(
+        "CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+    ));
+    cql.query(&format!(
+        "CREATE TABLE {ks}.state (state text, key blob, ck blob, ts text, value blob, PRIMARY KEY ((state, key), ck))"
+    ));
+    let connect = || {
+        let mut c = L3Config::new(vec![contact_point()], 1);
+        c.keyspace = ks.clone();
+        CassandraTier::connect(c)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let e = connect();
+    assert!(
+        e.contains("column ts as text") && e.contains("needs bigint"),
+        "{e}"
+    );
+    cql.query(&format!("DROP TABLE {ks}.state"));
+    cql.query(&format!(
+        "CREATE TABLE {ks}.state (state text, key blob, ck blob, ts bigint, value blob, PRIMARY KEY (state, key, ck))"
+    ));
+    let e = connect();
+    assert!(
+        e.contains("column key as blob (clustering)") && e.contains("partition_key"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_read_the_server_cannot_execute_fails_at_once_naming_key_and_table() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("tombstones");
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = L3Config::new(vec![contact_point()], 5_000_000);
+    c.keyspace = ks.clone();
+    let cold = Arc::new(CassandraTier::connect(c).unwrap());
+    let s = StateStore::builder(dir.path())
+        .l2_capacity(1)
+        .cold_tier(cold)
+        .state(StateDescriptor::list("events"))
+        .open()
+        .unwrap();
+    // 120,000 row tombstones in the partition of key "hot": more than
+    // Cassandra's tombstone_failure_threshold (100,000), so reading it
+    // fails on the server however often it is retried.
+    let mut stored = Vec::new();
+    let kg = strata_cache::key_group::key_group_of(b"hot", 128);
+    strata_cache::codec::put_stored_key(&mut stored, kg, b"hot");
+    cql.delete_rows(&ks, "events", &stored, 120_000);
+    let started = std::time::Instant::now();
+    let e = s
+        .list_state::<u32>("events")
+        .unwrap()
+        .get(b"hot")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "retried as if transient for {:?}",
+        started.elapsed()
+    );
+    assert!(
+        e.contains("key \"hot\"")
+            && e.contains(&format!("{ks}.state"))
+            && e.contains("not retried"),
+        "{e}"
+    );
+}

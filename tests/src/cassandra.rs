@@ -100,3 +100,29 @@ impl Cql {
             .count()
     }
 }
+
+impl Cql {
+    /// Deletes `n` distinct (absent) rows of `stored_key`'s partition of
+    /// `state` in strata's table: `n` row tombstones.
+    pub fn delete_rows(&self, keyspace: &str, state: &str, stored_key: &[u8], n: u32) {
+        use scylla::statement::batch::{Batch, BatchType};
+        self.rt.block_on(async {
+            let stmt = self
+                .session
+                .prepare(format!(
+                    "DELETE FROM {keyspace}.state WHERE state = ? AND key = ? AND ck = ?"
+                ))
+                .await
+                .unwrap();
+            for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+                let mut batch = Batch::new(BatchType::Unlogged);
+                let mut values = Vec::new();
+                for i in chunk {
+                    batch.append_statement(stmt.clone());
+                    values.push((state, stored_key, i.to_be_bytes().to_vec()));
+                }
+                self.session.batch(&batch, values).await.unwrap();
+            }
+        });
+    }
+}

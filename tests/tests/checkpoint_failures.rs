@@ -128,7 +128,9 @@ fn a_full_disk_fails_the_job_naming_checkpoint_task_file_and_os_error_and_a_rest
     );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
-        stderr.matches("in a row; checkpoint.tolerable-failures = 2").count(),
+        stderr
+            .matches("in a row; checkpoint.tolerable-failures = 2")
+            .count(),
         2,
         "each tolerated failure is reported: {stderr}"
     );

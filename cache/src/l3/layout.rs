@@ -229,6 +229,50 @@ impl Layout {
         ))
     }
 
+    /// The deletion of one row of strata's table, at its own write
+    /// timestamp `written` (so exactly that write goes; see `sweep`).
+    pub(crate) fn delete_native_row(
+        &self,
+        state: &StateDescriptor,
+        key: Vec<u8>,
+        ck: Vec<u8>,
+        written: i64,
+    ) -> CqlRequest {
+        let values = vec![
+            CqlValue::BigInt(written),
+            CqlValue::Text(state.name.clone()),
+            CqlValue::Blob(key),
+            CqlValue::Blob(ck),
+        ];
+        self.deletion(self.native.delete_row.clone(), values)
+    }
+
+    /// The deletion of one row of the migrated table of `state`, at its
+    /// own write timestamp `written`.
+    pub(crate) fn delete_migrated_row(
+        &self,
+        state: &StateDescriptor,
+        key: String,
+        time: i64,
+        written: i64,
+    ) -> Result<CqlRequest> {
+        let m = self
+            .migrated(state)
+            .ok_or_else(|| StateError::L3(format!("state '{}' is not migrated", state.name)))?;
+        let values = vec![
+            CqlValue::BigInt(written),
+            CqlValue::Text(key),
+            CqlValue::Timestamp(CqlTimestamp(time)),
+        ];
+        Ok(self.deletion(m.delete_row.clone(), values))
+    }
+
+    fn deletion(&self, stmt: Arc<PreparedStatement>, values: Vec<CqlValue>) -> CqlRequest {
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.append_statement((*stmt).clone());
+        self.finish(batch, vec![values])
+    }
+
     /// Turns the rows of a read into what [`crate::ColdTier::get`] returns.
     pub(crate) fn decode(
         &self,

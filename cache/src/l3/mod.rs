@@ -30,11 +30,15 @@
 
 mod fence;
 mod layout;
+mod schema;
 mod service;
+mod sweep;
 
 pub use layout::MigrationTable;
 pub use service::L3Stats;
+pub use sweep::SLICES as SWEEP_SLICES;
 
+use crate::codec;
 use crate::error::{Result, StateError};
 use crate::state::StateDescriptor;
 use crate::store::{ColdTier, ColdWrite};
@@ -107,6 +111,7 @@ pub struct CassandraTier {
     timeouts: (Duration, Duration),
     fence: fence::Fence,
     table: String,
+    sweep: Arc<sweep::SweepStatements>,
 }
 
 impl CassandraTier {
@@ -123,7 +128,7 @@ impl CassandraTier {
             .enable_all()
             .build()
             .map_err(|e| StateError::L3(format!("cannot start the L3 runtime: {e}")))?;
-        let (session, layout, fence) = runtime.block_on(setup(&config))?;
+        let (session, layout, fence, sweep) = runtime.block_on(setup(&config))?;
         let session = Arc::new(session);
         let counters = Arc::new(L3Counters::default());
         let stack = StackConfig {
@@ -143,6 +148,7 @@ impl CassandraTier {
             timeouts: (config.request_timeout, config.retry_for),
             fence,
             table: format!("{}.{}", config.keyspace, config.table).to_lowercase(),
+            sweep: Arc::new(sweep),
         })
     }
 
@@ -216,14 +222,53 @@ impl CassandraTier {
             .claim(|req| self.read(req), run, restored, restoring_moves)
     }
 
+    /// Deletes the expired rows of slice `slice` (of [`SWEEP_SLICES`]) of
+    /// the token ring — rows of the `expiring` states (each with its expiry
+    /// cutoff, ms) written at or before the cutoff — after advancing the
+    /// job's fence to `checkpoint_id`, whose cutoffs these are. Returns how
+    /// many rows it deleted. See `sweep`.
+    ///
+    /// Errors: [`StateError::L3`] (after retries), or "fenced" if a newer
+    /// run owns the job.
+    pub fn sweep_expired(
+        &self,
+        expiring: &[(StateDescriptor, i64)],
+        checkpoint_id: u64,
+        slice: u64,
+    ) -> Result<u64> {
+        if expiring.is_empty() {
+            return Ok(0);
+        }
+        self.fence.advance(|req| self.read(req), checkpoint_id)?;
+        let (session, statements, layout) = (
+            self.session.clone(),
+            self.sweep.clone(),
+            self.layout.clone(),
+        );
+        let expiring = expiring.to_vec();
+        let range = sweep::token_range(slice);
+        let deletions = self.block(async move {
+            sweep::expired_rows(&session, &statements, &layout, &expiring, range).await
+        })?;
+        let n = deletions.len() as u64;
+        let what = vec![format!("L3 expiry sweep of {}", self.table); deletions.len()];
+        self.call_all(deletions, what)?;
+        Ok(n)
+    }
+
     /// Where this tier keeps state: `keyspace.table`, lower case.
     pub fn table(&self) -> &str {
         &self.table
     }
 
     /// Sends `requests` concurrently (the stack limits how many are in
-    /// flight) and returns their rows in the order of `requests`.
-    fn call_all(&self, requests: Vec<CqlRequest>) -> Result<Vec<Vec<scylla::value::Row>>> {
+    /// flight) and returns their rows in the order of `requests`. A failure
+    /// names what its request was for (`what`, parallel to `requests`).
+    fn call_all(
+        &self,
+        requests: Vec<CqlRequest>,
+        what: Vec<String>,
+    ) -> Result<Vec<Vec<scylla::value::Row>>> {
         let (service, timeouts) = (self.service.clone(), self.timeouts);
         self.block(async move {
             let mut tasks = tokio::task::JoinSet::new();
@@ -234,11 +279,27 @@ impl CassandraTier {
             let mut answers = Vec::new();
             while let Some(done) = tasks.join_next().await {
                 let (i, rows) = done.map_err(|e| StateError::L3(format!("L3 task: {e}")))?;
-                answers.push((i, rows.map_err(|e| l3_error(e, timeouts))?));
+                let rows = rows.map_err(|e| {
+                    let cause = l3_error(e, timeouts);
+                    StateError::L3(format!("{}: {cause}", what[i]))
+                })?;
+                answers.push((i, rows));
             }
             answers.sort_by_key(|(i, _)| *i);
             Ok(answers.into_iter().map(|(_, rows)| rows).collect())
         })
+    }
+
+    /// Says what an L3 request is for: the operation, the state, the record
+    /// key (as text, as its fields, or in hex) and the table.
+    fn describe(&self, op: &str, state: &StateDescriptor, stored_key: &[u8]) -> String {
+        let key = codec::split_stored_key(stored_key).map_or(&[][..], |(_, key, _)| key);
+        format!(
+            "{op} of state '{}', key {}, in {}",
+            state.name,
+            describe_key(key),
+            self.table
+        )
     }
 
     fn read(&self, req: CqlRequest) -> Result<Vec<scylla::value::Row>> {
@@ -261,53 +322,6 @@ pub fn next_version(prev: i64) -> i64 {
     now.max(prev.saturating_add(2))
 }
 
-/// The migrated table must exist with the configured columns of the right
-/// types (text key, timestamp clustering column, blob payload).
-async fn check_migrated_table(session: &Session, m: &MigrationTable) -> Result<()> {
-    let (ks, table) = m.table.split_once('.').unwrap_or(("", &m.table));
-    let cql = "SELECT column_name, type FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?";
-    let rows = session
-        .query_unpaged(cql, (ks.to_lowercase(), table.to_lowercase()))
-        .await
-        .map_err(|e| StateError::L3(format!("cannot read the schema of {}: {e}", m.table)))?
-        .into_rows_result()
-        .map_err(|e| StateError::L3(format!("cannot read the schema of {}: {e}", m.table)))?;
-    let columns: std::collections::HashMap<String, String> = rows
-        .rows::<(String, String)>()
-        .map_err(|e| StateError::L3(e.to_string()))?
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| StateError::L3(e.to_string()))?;
-    if columns.is_empty() {
-        return Err(StateError::L3(format!(
-            "migration table {} does not exist (state.l3.migration.table)",
-            m.table
-        )));
-    }
-    for (setting, column, want) in [
-        ("key-column", &m.key_column, "text"),
-        ("time-column", &m.time_column, "timestamp"),
-        ("value-column", &m.value_column, "blob"),
-    ] {
-        match columns.get(&column.to_lowercase()) {
-            Some(t) if t == want => {}
-            Some(t) => {
-                return Err(StateError::L3(format!(
-                    "migration table {}: column {column} (state.l3.migration.{setting}) must be {want}, is {t}",
-                    m.table
-                )))
-            }
-            None => {
-                return Err(StateError::L3(format!(
-                    "migration table {} has no column {column} (state.l3.migration.{setting}); it has: {}",
-                    m.table,
-                    columns.keys().cloned().collect::<Vec<_>>().join(", ")
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
 /// An L3 failure as one line; a timeout names the settings involved.
 fn l3_error(e: tower::BoxError, (timeout, retry_for): (Duration, Duration)) -> StateError {
     if e.is::<tower::timeout::error::Elapsed>() {
@@ -315,6 +329,9 @@ fn l3_error(e: tower::BoxError, (timeout, retry_for): (Duration, Duration)) -> S
             "a request timed out after {timeout:?} (state.l3.request-timeout), \
              and retries for {retry_for:?} (state.l3.retry-for) did not help: is Cassandra overloaded or down?"
         ));
+    }
+    if service::is_permanent(&e) {
+        return StateError::L3(format!("{e} (an error no retry can fix: not retried)"));
     }
     StateError::L3(e.to_string())
 }
@@ -328,7 +345,9 @@ impl Drop for CassandraTier {
     }
 }
 
-async fn setup(config: &L3Config) -> Result<(Session, Layout, fence::Fence)> {
+async fn setup(
+    config: &L3Config,
+) -> Result<(Session, Layout, fence::Fence, sweep::SweepStatements)> {
     let nodes = config.contact_points.join(", ");
     let builder = SessionBuilder::new()
         .known_nodes(&config.contact_points)
@@ -377,8 +396,9 @@ async fn setup(config: &L3Config) -> Result<(Session, Layout, fence::Fence)> {
         },
         ..m.clone()
     });
+    schema::check_own_tables(&session, &table).await?;
     if let Some(m) = &migration {
-        check_migrated_table(&session, m).await?;
+        schema::check_migrated_table(&session, m).await?;
     }
     let statements = StatementConfig {
         consistency: config.consistency,
@@ -386,13 +406,13 @@ async fn setup(config: &L3Config) -> Result<(Session, Layout, fence::Fence)> {
     };
     let layout = Layout::prepare(&session, &table, migration.as_ref(), statements).await?;
     let fence = fence::Fence::prepare(&session, &table, config.lineage).await?;
-    Ok((session, layout, fence))
+    let sweep = sweep::SweepStatements::prepare(&session, &table, migration.as_ref()).await?;
+    Ok((session, layout, fence, sweep))
 }
 
 impl ColdTier for CassandraTier {
     fn get(&self, state: &StateDescriptor, stored_key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let rows = self.read(self.layout.read(state, stored_key)?)?;
-        self.layout.decode(state, rows)
+        Ok(self.get_many(&[(state, stored_key)])?.pop().flatten())
     }
 
     fn get_many(&self, keys: &[(&StateDescriptor, &[u8])]) -> Result<Vec<Option<Vec<u8>>>> {
@@ -400,7 +420,11 @@ impl ColdTier for CassandraTier {
             .iter()
             .map(|(state, key)| self.layout.read(state, key))
             .collect::<Result<Vec<_>>>()?;
-        let answers = self.call_all(requests)?;
+        let what = keys
+            .iter()
+            .map(|(state, key)| self.describe("read", state, key))
+            .collect();
+        let answers = self.call_all(requests, what)?;
         answers
             .into_iter()
             .zip(keys)
@@ -409,17 +433,42 @@ impl ColdTier for CassandraTier {
     }
 
     fn scan(&self, state: &StateDescriptor, stored_key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let rows = self.read(self.layout.scan(state, stored_key))?;
-        self.layout.decode_scan(state, rows)
+        let what = vec![self.describe("scan", state, stored_key)];
+        let mut rows = self.call_all(vec![self.layout.scan(state, stored_key)], what)?;
+        self.layout
+            .decode_scan(state, rows.pop().unwrap_or_default())
     }
 
     fn write(&self, writes: &[ColdWrite<'_>], checkpoint_id: u64) -> Result<()> {
         self.fence.advance(|req| self.read(req), checkpoint_id)?;
         let version = self.version_of(checkpoint_id);
-        let mut requests = Vec::new();
+        let (mut requests, mut what) = (Vec::new(), Vec::new());
         for w in writes {
-            requests.extend(self.layout.writes(w, version)?);
+            let batches = self.layout.writes(w, version)?;
+            let about = self.describe("write", w.state, w.stored_key);
+            what.extend(std::iter::repeat_n(about, batches.len()));
+            requests.extend(batches);
         }
-        self.call_all(requests).map(|_| ())
+        self.call_all(requests, what).map(|_| ())
+    }
+}
+
+/// A record key for a message: its text if it is UTF-8, else its fields
+/// if it is a composite key of UTF-8 fields, else its bytes in hex.
+fn describe_key(key: &[u8]) -> String {
+    if let Ok(text) = std::str::from_utf8(key) {
+        if !text.chars().any(char::is_control) {
+            return format!("{text:?}");
+        }
+    }
+    let fields = crate::composite_key::decode(key).and_then(|parts| {
+        parts
+            .into_iter()
+            .map(|p| std::str::from_utf8(p).ok().map(|t| format!("{t:?}")))
+            .collect::<Option<Vec<_>>>()
+    });
+    match fields {
+        Some(fields) => format!("({})", fields.join(", ")),
+        None => key.iter().map(|b| format!("{b:02x}")).collect(),
     }
 }

@@ -167,20 +167,27 @@ async fn run(session: &Session, req: &CqlRequest) -> Result<Vec<Row>, BoxError> 
 #[error("unexpected answer from L3: {0}")]
 struct Malformed(String);
 
-/// Errors no retry can fix: the request itself is wrong.
-fn is_permanent(e: &BoxError) -> bool {
+/// Errors no retry can fix: the request is wrong, or the replicas failed
+/// to execute it (a read over too many tombstones, a failing function, a
+/// server bug) rather than being slow or unavailable. Timeouts,
+/// unavailability, overload, bootstrapping, an unprepared statement, rate
+/// limits and connection errors are transient.
+pub(crate) fn is_permanent(e: &BoxError) -> bool {
     if e.is::<Malformed>() {
         return true;
     }
     match e.downcast_ref::<ExecutionError>() {
         Some(ExecutionError::BadQuery(_) | ExecutionError::PrepareError(_)) => true,
-        Some(ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, _))) => matches!(
+        Some(ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, _))) => !matches!(
             db,
-            DbError::SyntaxError
-                | DbError::Invalid
-                | DbError::Unauthorized
-                | DbError::AuthenticationError
-                | DbError::ConfigError
+            DbError::Unavailable { .. }
+                | DbError::Overloaded
+                | DbError::IsBootstrapping
+                | DbError::ReadTimeout { .. }
+                | DbError::WriteTimeout { .. }
+                | DbError::Unprepared { .. }
+                | DbError::RateLimitReached { .. }
+                | DbError::TruncateError
         ),
         _ => false,
     }
@@ -224,4 +231,39 @@ impl tower::retry::Policy<CqlRequest, Vec<Row>, BoxError> for RetryPolicy {
 /// Sends one request through the stack.
 pub(crate) async fn call(svc: &L3Service, req: CqlRequest) -> Result<Vec<Row>, BoxError> {
     svc.clone().oneshot(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scylla::statement::Consistency;
+
+    fn db(error: DbError) -> BoxError {
+        Box::new(ExecutionError::LastAttemptError(
+            RequestAttemptError::DbError(error, "from the server".into()),
+        ))
+    }
+
+    #[test]
+    fn failures_of_the_replicas_are_permanent_and_slowness_is_transient() {
+        let read_failure = DbError::ReadFailure {
+            consistency: Consistency::One,
+            received: 0,
+            required: 1,
+            numfailures: 1,
+            data_present: false,
+        };
+        for permanent in [read_failure, DbError::Invalid, DbError::ServerError] {
+            assert!(is_permanent(&db(permanent.clone())), "{permanent:?}");
+        }
+        let read_timeout = DbError::ReadTimeout {
+            consistency: Consistency::One,
+            received: 0,
+            required: 1,
+            data_present: false,
+        };
+        for transient in [read_timeout, DbError::Overloaded, DbError::IsBootstrapping] {
+            assert!(!is_permanent(&db(transient.clone())), "{transient:?}");
+        }
+    }
 }

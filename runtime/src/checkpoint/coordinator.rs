@@ -19,7 +19,8 @@ use super::{OperatorSnapshot, SourceSnapshot, TaskSnapshot, Trigger, FORMAT_VERS
 use crate::error::{Result, RuntimeError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use strata_cache::l3::CassandraTier;
+use strata_cache::l3::{CassandraTier, SWEEP_SLICES};
+use strata_cache::{StateDescriptor, TimeDomain};
 use strata_connectors::SinkState;
 use tokio::sync::{mpsc, watch};
 
@@ -33,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) max_parallelism: u32,
     pub(crate) parallelism: u32,
     pub(crate) sinks: u32,
+    /// The job's states (those with a TTL are swept in L3).
+    pub(crate) states: Vec<StateDescriptor>,
 }
 
 /// A checkpoint in flight: what has been acknowledged so far.
@@ -96,6 +99,8 @@ pub(crate) struct Coordinator {
     pub(crate) cold: Option<(Arc<CassandraTier>, i64, String)>,
     /// The version of the last completed checkpoint.
     pub(crate) l3_version: i64,
+    /// The L3 expiry sweep running in the background, if any.
+    pub(crate) sweep: Option<tokio::task::JoinHandle<Result<u64>>>,
 }
 
 /// What the coordinator did, for the run's report.
@@ -153,8 +158,10 @@ impl Coordinator {
                                         failures_in_row = 0;
                                         outcome.completed.push(stats.figures);
                                         if stats.is_final {
+                                            self.finish_sweep().await?;
                                             return Ok(outcome);
                                         }
+                                        self.sweep_l3(&stats).await?;
                                         None
                                     }
                                     Err(e) => Some(e.in_checkpoint(id, "coordinator")),
@@ -239,7 +246,46 @@ impl Coordinator {
         Ok(Stats {
             figures,
             is_final: meta.is_final,
+            min_watermark: meta
+                .operators
+                .iter()
+                .map(|o| o.watermark)
+                .min()
+                .unwrap_or(i64::MIN),
         })
+    }
+
+    /// Starts the L3 expiry sweep of the slice of checkpoint `stats.id`
+    /// with its cutoffs (see `strata_cache::l3::sweep`), unless the last
+    /// one still runs; a failed last one fails the job.
+    async fn sweep_l3(&mut self, stats: &Stats) -> Result<()> {
+        let Some(cold) = self.cold.as_ref().map(|(cold, ..)| cold.clone()) else {
+            return Ok(());
+        };
+        if self.sweep.as_ref().is_some_and(|s| !s.is_finished()) {
+            return Ok(());
+        }
+        self.finish_sweep().await?;
+        let expiring = expiry_cutoffs(&self.settings.states, stats.min_watermark);
+        let id = stats.figures.id;
+        self.sweep = Some(tokio::task::spawn_blocking(move || {
+            cold.sweep_expired(&expiring, id, id % SWEEP_SLICES)
+                .map_err(|e| {
+                    RuntimeError::Function(format!("L3 expiry sweep after checkpoint {id}: {e}"))
+                })
+        }));
+        Ok(())
+    }
+
+    /// Waits for the running L3 expiry sweep; its failure fails the job.
+    async fn finish_sweep(&mut self) -> Result<()> {
+        if let Some(sweep) = self.sweep.take() {
+            let deleted = sweep
+                .await
+                .map_err(|e| RuntimeError::Function(format!("L3 expiry sweep: {e}")))??;
+            metrics::counter!("strata_l3_swept_rows_total").increment(deleted);
+        }
+        Ok(())
     }
 
     /// Gives a completing checkpoint its L3 version and pins it in L3.
@@ -298,11 +344,32 @@ impl Coordinator {
     }
 }
 
-/// A committed checkpoint's figures, and whether it was the final one.
+/// A committed checkpoint's figures, whether it was the final one, and the
+/// smallest watermark of its operator instances.
 #[derive(Debug, Clone, Copy)]
 struct Stats {
     figures: CheckpointStats,
     is_final: bool,
+    min_watermark: i64,
+}
+
+/// The states with a TTL and their expiry cutoffs (ms; written at or
+/// before it = expired) for a checkpoint whose smallest operator watermark
+/// is `watermark`: event time measures against it, processing time
+/// against the wall clock. Before the first watermark nothing has expired.
+fn expiry_cutoffs(states: &[StateDescriptor], watermark: i64) -> Vec<(StateDescriptor, i64)> {
+    states
+        .iter()
+        .filter_map(|s| {
+            let ttl = s.ttl?;
+            let now = match ttl.domain {
+                TimeDomain::EventTime if watermark == i64::MIN => return None,
+                TimeDomain::EventTime => watermark,
+                TimeDomain::ProcessingTime => chrono::Utc::now().timestamp_millis(),
+            };
+            Some((s.clone(), now.saturating_sub(ttl.millis)))
+        })
+        .collect()
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

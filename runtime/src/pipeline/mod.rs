@@ -274,6 +274,7 @@ where
                 max_parallelism: w.config.max_parallelism,
                 parallelism: par,
                 sinks: sink_par,
+                states: (self.factory)().states(),
             },
             next_id: w.restored.as_ref().map_or(1, |m| m.id + 1),
             trigger: trigger_tx,
@@ -287,6 +288,7 @@ where
                 .as_ref()
                 .and_then(|m| m.l3_version)
                 .unwrap_or(i64::MIN),
+            sweep: None,
         };
         let checkpoints = w.spawn_coordinator(coordinator);
         let progress = w.progress.clone();
