@@ -11,6 +11,8 @@
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use scylla::value::CqlValue;
+use strata_runtime::jobs::route_history::FlightEvent;
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
 use strata_tests::*;
 
@@ -252,4 +254,106 @@ fn a_second_job_on_an_l3_table_is_refused_even_when_both_start_at_once() {
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
+}
+
+/// Every row of route-history's history in L3 holds one whole element:
+/// its time column is the date inside its value (a mix of two writes would
+/// put one element's time beside another's value).
+fn assert_rows_whole(cql: &Cql, ks: &str) -> usize {
+    let rows = cql.query(&format!("SELECT ts, value FROM {ks}.state"));
+    for row in &rows {
+        let (Some(CqlValue::BigInt(ts)), Some(CqlValue::Blob(value))) = (&row.columns[0], &row.columns[1])
+        else {
+            panic!("unexpected row {row:?}");
+        };
+        let event: FlightEvent = postcard::from_bytes(value).expect("a FlightEvent");
+        assert_eq!(*ts, event.date, "an L3 row mixes two elements: {event:?}");
+    }
+    rows.len()
+}
+
+#[test]
+fn cold_moves_repeated_after_crashes_rewrite_the_same_rows_and_the_output_is_exact() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("rewrite");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let args = l3_args(&ks, "1MB");
+    // Crash after a move reached L3 and before L2 forgot its keys, three
+    // times at different moves; each restore repeats the move.
+    for (i, crash_at) in ["before-l2-delete:3", "before-l2-delete:2", "before-l2-delete:4"]
+        .iter()
+        .enumerate()
+    {
+        let mut cmd = Command::new(strata_bin());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
+        if i > 0 {
+            cmd.args(["--restore", "latest"]);
+        }
+        let o = cmd.env("STRATA_CRASH_AT", crash_at).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("reached: aborting"), "run {i} did not crash at {crash_at}: {err}");
+        assert_rows_whole(&cql, &ks);
+    }
+    let mut restore = args.clone();
+    restore.extend(["--restore".into(), "latest".into()]);
+    let o = run(&out, &chk, &restore);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_equals_batch(&out, "after three crashes between L3 writes and L2 deletes");
+    assert!(assert_rows_whole(&cql, &ks) > 0);
+}
+
+#[test]
+fn a_run_killed_before_its_first_checkpoint_restores_with_l3_on() {
+    Cql::connect();
+    let ks = unique_keyspace("early");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let mut args = l3_args(&ks, "1MB");
+    args.extend(["-D".into(), "checkpoint.interval=1h".into()]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = Command::new(strata_bin())
+        .args(route_history_args(&input(), &out, Some(&chk), &a))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(child.try_wait().unwrap().is_none(), "the run ended before the kill");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // What the README says to do: --restore latest. No checkpoint
+    // completed, so it starts over — and takes over its own L3 claim.
+    let mut restore = l3_args(&ks, "1MB");
+    restore.extend(["--restore".into(), "latest".into()]);
+    let o = run(&out, &chk, &restore);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_equals_batch(&out, "started over after a kill before any checkpoint");
+}
+
+#[test]
+fn a_restore_refuses_another_l3_table_and_a_table_that_lost_its_claim() {
+    let cql = Cql::connect();
+    let ks = unique_keyspace("moved");
+    let dir = tempfile::tempdir().unwrap();
+    let head = flights_head(20_000);
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let args = l3_args(&ks, "1MB");
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = strata(&route_history_args(&head, &out, Some(&chk), &a));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let restore_in = |keyspace: &str| {
+        let mut r = l3_args(keyspace, "1MB");
+        r.extend(["--restore".into(), "latest".into()]);
+        let r: Vec<&str> = r.iter().map(String::as_str).collect();
+        let o = strata(&route_history_args(&head, &out, Some(&chk), &r));
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = restore_in(&unique_keyspace("elsewhere"));
+    assert!(e.contains(&format!("keeps its cold state in L3 table {ks}.state")), "{e}");
+    cql.query(&format!("TRUNCATE {ks}.state"));
+    cql.query(&format!("TRUNCATE {ks}.state_fence"));
+    let e = restore_in(&ks);
+    assert!(e.contains("holds no claim"), "{e}");
 }
