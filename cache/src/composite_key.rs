@@ -63,6 +63,26 @@ pub fn decode(mut key: &[u8]) -> Option<Vec<&[u8]>> {
     Some(parts)
 }
 
+/// A record key for a message (errors, tools): its text if it is UTF-8, else its fields
+/// if it is a composite key of UTF-8 fields, else its bytes in hex.
+pub fn describe(key: &[u8]) -> String {
+    if let Ok(text) = std::str::from_utf8(key) {
+        if !text.chars().any(char::is_control) {
+            return format!("{text:?}");
+        }
+    }
+    let fields = decode(key).and_then(|parts| {
+        parts
+            .into_iter()
+            .map(|p| std::str::from_utf8(p).ok().map(|t| format!("{t:?}")))
+            .collect::<Option<Vec<_>>>()
+    });
+    match fields {
+        Some(fields) => format!("({})", fields.join(", ")),
+        None => key.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,15 @@ pub enum StateError {
         declared: &'static str,
         requested: &'static str,
     },
+    /// A list would grow, or was found grown, beyond the per-key limit
+    /// ([`crate::StoreBuilder::max_list_bytes`]).
+    #[error("state '{state}', key {key}: the list holds {bytes} bytes, more than the per-key limit of {limit} bytes (state.max-list-bytes); keep less per key (a TTL, or a finer key)")]
+    ListTooLarge {
+        state: String,
+        key: String,
+        bytes: u64,
+        limit: u64,
+    },
     /// An invalid store configuration (capacity, parallelism, names).
     #[error("invalid state store configuration: {0}")]
     Config(String),

@@ -6,6 +6,7 @@
 //! filter. The WAL is off: durability comes from checkpoints, never from the
 //! live directory. Block cache and memtables draw on one [`L2Budget`].
 
+use crate::codec;
 use crate::error::{Result, StateError};
 use crate::state::{StateDescriptor, StateKind};
 use crate::ttl::{Clock, TtlFilterFactory};
@@ -55,18 +56,60 @@ impl std::fmt::Debug for L2Budget {
     }
 }
 
-fn concat_merge(
-    _key: &[u8],
-    existing: Option<&[u8]>,
-    operands: &rocksdb::MergeOperands,
-) -> Option<Vec<u8>> {
-    let len = existing.map_or(0, <[u8]>::len) + operands.iter().map(<[u8]>::len).sum::<usize>();
-    let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(existing.unwrap_or_default());
-    for op in operands {
-        out.extend_from_slice(op);
+/// The merge operator of list states: concatenation (`ListState::add`
+/// never reads the list). With a TTL it also leaves out the elements that
+/// have expired by now, so lists written only by blind appends — whose
+/// merge operands the compaction filter never sees — are trimmed whenever
+/// RocksDB merges them (in compactions and reads). A value it cannot parse
+/// is kept whole: trimming never loses data it does not understand.
+fn list_merge(
+    ttl: Option<(crate::ttl::Ttl, Arc<Clock>)>,
+) -> impl Fn(&[u8], Option<&[u8]>, &rocksdb::MergeOperands) -> Option<Vec<u8>>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    move |_key, existing, operands| {
+        let parts = || existing.into_iter().chain(operands.iter());
+        let len = parts().map(<[u8]>::len).sum::<usize>();
+        let cutoff = ttl.as_ref().and_then(|(ttl, clock)| {
+            let now = clock.now(ttl.domain);
+            (now != i64::MIN).then(|| now.saturating_sub(ttl.millis))
+        });
+        let mut out = Vec::with_capacity(len);
+        match cutoff {
+            Some(cutoff) if trim_into(&mut out, existing, parts(), cutoff) => {}
+            _ => {
+                out.clear();
+                parts().for_each(|p| out.extend_from_slice(p));
+            }
+        }
+        Some(out)
     }
-    Some(out)
+}
+
+/// Writes the elements of `parts` written after `cutoff` into `out` (with
+/// the base marker if `existing` has one); false if a part does not parse.
+fn trim_into<'a>(
+    out: &mut Vec<u8>,
+    existing: Option<&[u8]>,
+    parts: impl Iterator<Item = &'a [u8]>,
+    cutoff: i64,
+) -> bool {
+    if existing.is_some_and(codec::is_complete_list) {
+        out.extend_from_slice(&codec::list_base_marker());
+    }
+    for part in parts {
+        for element in codec::list_elements("", part) {
+            let Ok((ts, body)) = element else {
+                return false;
+            };
+            if ts > cutoff {
+                codec::put_list_element(out, ts, body);
+            }
+        }
+    }
+    true
 }
 
 fn cf_options(desc: &StateDescriptor, budget: &L2Budget, clock: &Arc<Clock>) -> Options {
@@ -79,7 +122,8 @@ fn cf_options(desc: &StateDescriptor, budget: &L2Budget, clock: &Arc<Clock>) -> 
     opts.set_block_based_table_factory(&table);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
     if desc.kind == StateKind::List {
-        opts.set_merge_operator_associative("strata-list-concat", concat_merge);
+        let ttl = desc.ttl.map(|ttl| (ttl, clock.clone()));
+        opts.set_merge_operator_associative("strata-list-concat", list_merge(ttl));
     }
     if let Some(ttl) = desc.ttl {
         opts.set_compaction_filter_factory(TtlFilterFactory {

@@ -47,5 +47,8 @@ pub use error::{Result, StateError};
 pub use eviction::EvictionReport;
 pub use l2::L2Budget;
 pub use state::{ListState, ListView, MapState, StateDescriptor, StateKind, ValueState};
-pub use store::{ColdTier, ColdWrite, StateStore, StoreBuilder, TierStats};
+pub use store::{
+    ColdTier, ColdWrite, StateStore, StoreBuilder, TierStats, DEFAULT_MAX_LIST_BYTES,
+    MAX_LIST_BYTES_LIMIT,
+};
 pub use ttl::{Clock, TimeDomain, Ttl};

@@ -415,6 +415,20 @@ where
         }
     }
 
+    /// Fails if a list of `bytes` is over the store's per-key limit.
+    fn check_size(&self, key: &[u8], bytes: u64) -> Result<()> {
+        let limit = self.store.inner.max_list_bytes;
+        if bytes <= limit {
+            return Ok(());
+        }
+        Err(StateError::ListTooLarge {
+            state: self.name().to_owned(),
+            key: crate::composite_key::describe(key),
+            bytes,
+            limit,
+        })
+    }
+
     /// Changes the list in an L1 slot in place (copying it first only if a
     /// [`ListView`] still shares it), marks it dirty, and re-weighs the
     /// entry in moka when it has grown to twice its recorded weight.
@@ -464,6 +478,8 @@ where
         let _tiers = inner.lock_tiers()?;
         if let Some(slot) = inner.l1_peek(&l1_key) {
             let len = weight_of(&value);
+            let held = downcast::<ListValue<T>>(&self.store, &slot)?.bytes;
+            self.check_size(key, (held + len + 12) as u64)?;
             self.modify_l1(&l1_key, slot, |list| list.push(ts, value, len))?;
             return Ok(());
         }
@@ -492,6 +508,7 @@ where
         let Some((bytes, from_l3)) = inner.lower_get(&l1_key)? else {
             return Ok(ListView { list: None });
         };
+        self.check_size(key, bytes.len() as u64)?;
         let (list, trimmed) = self.decode_list(&bytes, from_l3)?;
         Ok(ListView {
             list: Some(self.put_l1(l1_key, list, trimmed)),

@@ -276,7 +276,13 @@ pub(crate) struct StoreInner {
     /// L3 answers read ahead for a batch of keys (see [`StateStore::prefetch`]).
     prefetched: Mutex<std::collections::HashMap<Vec<u8>, Found>>,
     path: PathBuf,
+    pub(crate) max_list_bytes: u64,
 }
+
+/// The default per-key list limit (see [`StoreBuilder::max_list_bytes`]).
+pub const DEFAULT_MAX_LIST_BYTES: u64 = 256 << 20;
+/// The largest allowed per-key list limit.
+pub const MAX_LIST_BYTES_LIMIT: u64 = 3 << 30;
 
 /// A cheap, cloneable handle to a tiered state store.
 ///
@@ -314,6 +320,7 @@ pub struct StoreBuilder {
     clock: Option<Arc<Clock>>,
     cold: Option<Arc<dyn ColdTier>>,
     l2_capacity: Option<u64>,
+    max_list_bytes: u64,
 }
 
 impl StoreBuilder {
@@ -351,6 +358,16 @@ impl StoreBuilder {
     /// Shares a clock (watermark) with the caller; by default the store has its own.
     pub fn clock(mut self, clock: Arc<Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// The most bytes one key's list may hold (encoded; default 256 MiB, at
+    /// most 3 GiB — RocksDB's limit per value is 4 GiB). An append to a
+    /// list in L1 that would pass it, and a read of a list found larger
+    /// (grown by blind appends to L2), fail with
+    /// [`StateError::ListTooLarge`] naming the key.
+    pub fn max_list_bytes(mut self, bytes: u64) -> Self {
+        self.max_list_bytes = bytes;
         self
     }
 
@@ -393,6 +410,12 @@ impl StoreBuilder {
         }
         if self.states.len() > usize::from(u16::MAX) {
             return Err(StateError::Config("too many states".into()));
+        }
+        if !(1..=MAX_LIST_BYTES_LIMIT).contains(&self.max_list_bytes) {
+            return Err(StateError::Config(format!(
+                "max list bytes {} is outside 1..={MAX_LIST_BYTES_LIMIT}",
+                self.max_list_bytes
+            )));
         }
         Ok(())
     }
@@ -455,6 +478,7 @@ impl StoreBuilder {
                 cold: self.cold,
                 prefetched: Mutex::default(),
                 path: self.path,
+                max_list_bytes: self.max_list_bytes,
             }),
         };
         store.load_pending_eviction()?;
@@ -475,6 +499,7 @@ impl StateStore {
             clock: None,
             cold: None,
             l2_capacity: None,
+            max_list_bytes: DEFAULT_MAX_LIST_BYTES,
         }
     }
 

@@ -293,3 +293,101 @@ fn an_l1_of_capacity_zero_loses_no_value() {
         assert_eq!(count.get(&k.to_be_bytes()).unwrap(), Some(k + 1), "key {k}");
     }
 }
+
+/// The bytes L2 holds for `state` after a full compaction (with `ttl`, or
+/// none), having written `days` days of blind appends for 200 keys; figures
+/// at each 30th day.
+fn blind_appends(ttl: Option<Ttl>, days: i64) -> Vec<u64> {
+    const DAY: i64 = 86_400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut history = StateDescriptor::list("history");
+    if let Some(ttl) = ttl {
+        history = history.with_ttl(ttl);
+    }
+    // An L1 of one byte: every add is a blind RocksDB merge.
+    let s = StateStore::builder(dir.path())
+        .l1_capacity(1)
+        .state(history)
+        .open()
+        .unwrap();
+    let list = s.list_state::<u64>("history").unwrap();
+    let mut sizes = Vec::new();
+    for day in 0..days {
+        for key in 0..200u32 {
+            for n in 0..2 {
+                let ts = day * DAY + i64::from(key) * 1000 + n;
+                s.set_record_timestamp(ts);
+                s.clock().advance_watermark(ts);
+                list.add(&key.to_be_bytes(), ts as u64).unwrap();
+            }
+        }
+        if day % 30 == 29 {
+            s.flush().unwrap();
+            s.compact().unwrap();
+            sizes.push(s.stats().l2_bytes);
+        }
+    }
+    sizes
+}
+
+#[test]
+fn lists_written_only_by_blind_appends_plateau_once_the_ttl_window_is_full() {
+    let ttl = Ttl::event_time(Duration::from_secs(60 * 86_400));
+    let with_ttl = blind_appends(Some(ttl), 720);
+    let without = blind_appends(None, 720);
+    let (at_360, at_720) = (with_ttl[11], with_ttl[23]);
+    // Once 60 days are full, state stays about one window large ...
+    assert!(
+        at_720 < at_360 * 3 / 2,
+        "L2 kept growing: {at_360} B at day 360, {at_720} B at day 720 ({with_ttl:?})"
+    );
+    // ... while without a TTL it holds all 720 days.
+    assert!(
+        at_720 * 5 < without[23],
+        "expired appends were not removed: {at_720} B with a TTL, {} B without",
+        without[23]
+    );
+}
+
+#[test]
+fn a_list_over_its_per_key_limit_is_an_error_naming_the_key_in_memory_and_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |dir: &std::path::Path, l1: u64| {
+        StateStore::builder(dir)
+            .l1_capacity(l1)
+            .max_list_bytes(1_000)
+            .state(StateDescriptor::list("history"))
+            .open()
+            .unwrap()
+    };
+    // In L1: the append that would pass the limit is refused, the list kept.
+    let s = build(&dir.path().join("hot"), 1 << 20);
+    let list = s.list_state::<Vec<u8>>("history").unwrap();
+    // A read brings the list into L1 (as route-history's add-then-read does).
+    list.add(b"user-7", vec![7; 40]).unwrap();
+    assert_eq!(list.get(b"user-7").unwrap().len(), 1);
+    let mut added = 1;
+    let e = loop {
+        assert!(added < 1000, "the limit was never enforced");
+        match list.add(b"user-7", vec![7; 40]) {
+            Ok(()) => added += 1,
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        e.contains("key \"user-7\"") && e.contains("limit of 1000 bytes"),
+        "{e}"
+    );
+    assert_eq!(list.get(b"user-7").unwrap().len(), added);
+    // Blind appends to L2 (L1 of one byte) are found out by the next read.
+    let s = build(&dir.path().join("cold"), 1);
+    let list = s.list_state::<Vec<u8>>("history").unwrap();
+    for _ in 0..40 {
+        list.add(b"user-8", vec![8; 40]).unwrap();
+    }
+    let e = list.get(b"user-8").err().unwrap().to_string();
+    assert!(
+        e.contains("key \"user-8\"") && e.contains("state.max-list-bytes"),
+        "{e}"
+    );
+}

@@ -8,10 +8,10 @@
 //! flight, so with L1 and L2 far below the state nearly every record needs
 //! a Cassandra read, and the whole file would take many minutes here.
 
+use scylla::value::CqlValue;
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use scylla::value::CqlValue;
 use strata_runtime::jobs::route_history::FlightEvent;
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
 use strata_tests::*;
@@ -262,7 +262,8 @@ fn a_second_job_on_an_l3_table_is_refused_even_when_both_start_at_once() {
 fn assert_rows_whole(cql: &Cql, ks: &str) -> usize {
     let rows = cql.query(&format!("SELECT ts, value FROM {ks}.state"));
     for row in &rows {
-        let (Some(CqlValue::BigInt(ts)), Some(CqlValue::Blob(value))) = (&row.columns[0], &row.columns[1])
+        let (Some(CqlValue::BigInt(ts)), Some(CqlValue::Blob(value))) =
+            (&row.columns[0], &row.columns[1])
         else {
             panic!("unexpected row {row:?}");
         };
@@ -281,9 +282,13 @@ fn cold_moves_repeated_after_crashes_rewrite_the_same_rows_and_the_output_is_exa
     let args = l3_args(&ks, "1MB");
     // Crash after a move reached L3 and before L2 forgot its keys, three
     // times at different moves; each restore repeats the move.
-    for (i, crash_at) in ["before-l2-delete:3", "before-l2-delete:2", "before-l2-delete:4"]
-        .iter()
-        .enumerate()
+    for (i, crash_at) in [
+        "before-l2-delete:3",
+        "before-l2-delete:2",
+        "before-l2-delete:4",
+    ]
+    .iter()
+    .enumerate()
     {
         let mut cmd = Command::new(strata_bin());
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -293,7 +298,10 @@ fn cold_moves_repeated_after_crashes_rewrite_the_same_rows_and_the_output_is_exa
         }
         let o = cmd.env("STRATA_CRASH_AT", crash_at).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("reached: aborting"), "run {i} did not crash at {crash_at}: {err}");
+        assert!(
+            err.contains("reached: aborting"),
+            "run {i} did not crash at {crash_at}: {err}"
+        );
         assert_rows_whole(&cql, &ks);
     }
     let mut restore = args.clone();
@@ -319,7 +327,10 @@ fn a_run_killed_before_its_first_checkpoint_restores_with_l3_on() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    assert!(child.try_wait().unwrap().is_none(), "the run ended before the kill");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the kill"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // What the README says to do: --restore latest. No checkpoint
@@ -351,7 +362,10 @@ fn a_restore_refuses_another_l3_table_and_a_table_that_lost_its_claim() {
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
     let e = restore_in(&unique_keyspace("elsewhere"));
-    assert!(e.contains(&format!("keeps its cold state in L3 table {ks}.state")), "{e}");
+    assert!(
+        e.contains(&format!("keeps its cold state in L3 table {ks}.state")),
+        "{e}"
+    );
     cql.query(&format!("TRUNCATE {ks}.state"));
     cql.query(&format!("TRUNCATE {ks}.state_fence"));
     let e = restore_in(&ks);

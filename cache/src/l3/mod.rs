@@ -297,7 +297,7 @@ impl CassandraTier {
         format!(
             "{op} of state '{}', key {}, in {}",
             state.name,
-            describe_key(key),
+            crate::composite_key::describe(key),
             self.table
         )
     }
@@ -450,25 +450,5 @@ impl ColdTier for CassandraTier {
             requests.extend(batches);
         }
         self.call_all(requests, what).map(|_| ())
-    }
-}
-
-/// A record key for a message: its text if it is UTF-8, else its fields
-/// if it is a composite key of UTF-8 fields, else its bytes in hex.
-fn describe_key(key: &[u8]) -> String {
-    if let Ok(text) = std::str::from_utf8(key) {
-        if !text.chars().any(char::is_control) {
-            return format!("{text:?}");
-        }
-    }
-    let fields = crate::composite_key::decode(key).and_then(|parts| {
-        parts
-            .into_iter()
-            .map(|p| std::str::from_utf8(p).ok().map(|t| format!("{t:?}")))
-            .collect::<Option<Vec<_>>>()
-    });
-    match fields {
-        Some(fields) => format!("({})", fields.join(", ")),
-        None => key.iter().map(|b| format!("{b:02x}")).collect(),
     }
 }

@@ -12,6 +12,7 @@
 //! | `checkpoint.timeout` | `10min` | 100ms–1d | a checkpoint not completed this long after its trigger fails |
 //! | `checkpoint.tolerable-failures` | 0 | 0–1000 | consecutive failed checkpoints the job survives; one more fails it |
 //! | `state.l1.capacity` | `64MB` | 64KB–1TB | L1 (moka) bytes, split over instances |
+//! | `state.max-list-bytes` | `256MiB` | 1KB–3GiB | the most one key's list may hold (encoded); more is an error naming the key |
 //! | `state.l2.memory` | `256MB` | 8MB–1TB | RocksDB block cache + memtables, whole process |
 //! | `state.local-dir` | `<checkpoint-dir>/_work` | path | live RocksDB directories (same file system as the checkpoints, for hard links) |
 //! | `source.max-records-per-second` | absent = unthrottled | 1–10⁹ | source throttle |
@@ -68,6 +69,8 @@ pub struct JobConfig {
     pub l1_capacity: u64,
     /// L2 memory (block cache + memtables) for the whole process.
     pub l2_memory: u64,
+    /// The most bytes one key's list may hold.
+    pub max_list_bytes: u64,
     /// Live RocksDB directories; `None` = `<checkpoint-dir>/_work`.
     pub local_dir: Option<PathBuf>,
     /// Source throttle, records per second.
@@ -102,6 +105,7 @@ impl Default for JobConfig {
             tolerable_failures: 0,
             l1_capacity: 64_000_000,
             l2_memory: 256_000_000,
+            max_list_bytes: strata_cache::DEFAULT_MAX_LIST_BYTES,
             local_dir: None,
             source_rate: None,
             sink_rate: None,
@@ -294,6 +298,9 @@ impl JobConfig {
             }
             "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
             "state.l2.memory" => self.l2_memory = size(key, v, 8_000_000..=1000 * GB)?,
+            "state.max-list-bytes" => {
+                self.max_list_bytes = size(key, v, 1_000..=strata_cache::MAX_LIST_BYTES_LIMIT)?
+            }
             "state.l2.capacity" => {
                 self.l2_capacity = Some(size(key, v, 1_000_000..=1_000_000 * GB)?)
             }

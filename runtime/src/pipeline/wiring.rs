@@ -239,6 +239,7 @@ fn open_store(
         .l1_capacity((c.l1_capacity / u64::from(parallelism)).max(1))
         .l2_budget(w.budget.clone())
         .max_parallelism(c.max_parallelism)
+        .max_list_bytes(c.max_list_bytes)
         .state(StateDescriptor::value(TIMERS_STATE));
     if let Some(cold) = &w.cold {
         builder = builder.cold_tier(cold.clone());
