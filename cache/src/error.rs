@@ -40,6 +40,14 @@ pub enum StateError {
         bytes: u64,
         limit: u64,
     },
+    /// A state's value type is not the one its stored values were written
+    /// with, and cannot be migrated to it (see [`crate::schema`]).
+    #[error("state '{state}': its stored values have schema {stored}, but its type now has schema {declared}; only Option fields added at the end of a struct are migrated")]
+    SchemaChanged {
+        state: String,
+        stored: String,
+        declared: String,
+    },
     /// An invalid store configuration (capacity, parallelism, names).
     #[error("invalid state store configuration: {0}")]
     Config(String),

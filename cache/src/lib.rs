@@ -38,6 +38,7 @@ mod eviction;
 pub mod key_group;
 mod l2;
 pub mod l3;
+pub mod schema;
 pub mod snapshot;
 mod state;
 mod store;

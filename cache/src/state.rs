@@ -129,7 +129,7 @@ where
     if inner.expired(state, ts) {
         return Ok(None);
     }
-    let value: T = codec::decode(name, body)?;
+    let value: T = inner.decode(state, body)?;
     let slot = Slot::new(state, ts, Arc::new(value.clone()), bytes.len(), false);
     inner.l1_insert(l1_key, slot);
     Ok(Some(value))
@@ -226,7 +226,7 @@ where
             }
             let (ts, body) = codec::split_entry(name, value)?;
             if !inner.expired(self.id, ts) {
-                out.push((key.to_vec(), codec::decode(name, body)?));
+                out.push((key.to_vec(), inner.decode(self.id, body)?));
             }
             Ok(())
         })?;
@@ -531,7 +531,7 @@ where
                 (true, false) => trimmed = true,
                 (false, in_l3) => {
                     l3_live += usize::from(in_l3);
-                    list.push(ts, codec::decode(self.name(), body)?, body.len());
+                    list.push(ts, self.store.inner.decode(self.id, body)?, body.len());
                 }
             }
         }
@@ -659,7 +659,10 @@ where
         for (user_key, value) in found {
             let (ts, body) = codec::split_entry(name, &value)?;
             if !codec::is_tombstone(&value) && !inner.expired(self.id, ts) {
-                out.push((codec::decode(name, &user_key)?, codec::decode(name, body)?));
+                out.push((
+                    codec::decode(name, &user_key)?,
+                    inner.decode(self.id, body)?,
+                ));
             }
         }
         Ok(out)

@@ -13,6 +13,7 @@
 use crate::codec;
 use crate::error::{Result, StateError};
 use crate::l2::{self, L2Budget};
+use crate::schema::TypeSchema;
 use crate::state::{ListState, MapState, StateDescriptor, StateKind, ValueState};
 use crate::ttl::{Clock, TimeDomain};
 use moka::notification::RemovalCause;
@@ -126,6 +127,8 @@ impl Slot {
 pub(crate) struct StateMeta {
     pub(crate) desc: StateDescriptor,
     encoder: OnceLock<(TypeId, EncodeFn)>,
+    /// `None` bytes an old value may need to decode (see [`crate::schema`]).
+    pub(crate) pad: OnceLock<usize>,
 }
 
 /// Per-tier counters of one store. All counts since the store was opened.
@@ -443,6 +446,7 @@ impl StoreBuilder {
                 .map(|desc| StateMeta {
                     desc,
                     encoder: OnceLock::new(),
+                    pad: OnceLock::new(),
                 })
                 .collect(),
             write_opts,
@@ -481,6 +485,7 @@ impl StoreBuilder {
                 max_list_bytes: self.max_list_bytes,
             }),
         };
+        store.check_max_parallelism()?;
         store.load_pending_eviction()?;
         Ok(store)
     }
@@ -508,7 +513,12 @@ impl StateStore {
     where
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let id = self.register::<T>(name, StateKind::Value, crate::state::encode_value::<T>)?;
+        let id = self.register::<T>(
+            name,
+            StateKind::Value,
+            crate::state::encode_value::<T>,
+            TypeSchema::of::<T>,
+        )?;
         Ok(ValueState::new(self.clone(), id))
     }
 
@@ -521,6 +531,7 @@ impl StateStore {
             name,
             StateKind::List,
             crate::state::encode_list::<T>,
+            TypeSchema::of::<T>,
         )?;
         Ok(ListState::new(self.clone(), id))
     }
@@ -531,11 +542,25 @@ impl StateStore {
         K: Serialize + DeserializeOwned + Send + Sync + 'static,
         V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let id = self.register::<V>(name, StateKind::Map, crate::state::encode_value::<V>)?;
+        let id = self.register::<V>(
+            name,
+            StateKind::Map,
+            crate::state::encode_value::<V>,
+            TypeSchema::of::<(K, V)>,
+        )?;
         Ok(MapState::new(self.clone(), id))
     }
 
-    fn register<T: 'static>(&self, name: &str, kind: StateKind, encode: EncodeFn) -> Result<u16> {
+    /// The state `name` as a `kind` of `T`: checks its declaration, and the
+    /// first time also the schema of its type against the schemas stored
+    /// with it (see [`crate::schema`]).
+    fn register<T: 'static>(
+        &self,
+        name: &str,
+        kind: StateKind,
+        encode: EncodeFn,
+        schema: fn() -> Result<TypeSchema>,
+    ) -> Result<u16> {
         let states = &self.inner.lower.states;
         let id = states
             .iter()
@@ -549,6 +574,9 @@ impl StateStore {
                 requested: kind.label(),
             });
         }
+        if meta.encoder.get().is_none() {
+            self.check_schema(meta, &schema()?)?;
+        }
         let (type_id, _) = meta.encoder.get_or_init(|| (TypeId::of::<T>(), encode));
         if *type_id != TypeId::of::<T>() {
             return Err(StateError::WrongKind {
@@ -558,6 +586,55 @@ impl StateStore {
             });
         }
         Ok(id as u16)
+    }
+
+    /// Records the number of key groups in L2 on first open, and refuses to
+    /// open L2 (a restored checkpoint) written with another: its keys would
+    /// be looked up in other key groups and read as absent.
+    fn check_max_parallelism(&self) -> Result<()> {
+        const KEY: &[u8] = b"strata.max-parallelism";
+        let db = &self.inner.lower.db;
+        let ours = self.inner.max_parallelism;
+        match db.get(KEY)? {
+            None => Ok(db.put(KEY, ours.to_be_bytes())?),
+            Some(raw) => {
+                let theirs = raw
+                    .as_slice()
+                    .try_into()
+                    .map(u32::from_be_bytes)
+                    .unwrap_or(0);
+                if theirs == ours {
+                    return Ok(());
+                }
+                Err(StateError::Config(format!(
+                    "the state in {} was written with max parallelism {theirs} (key groups), not {ours}: open it with .max_parallelism({theirs})",
+                    self.inner.path.display()
+                )))
+            }
+        }
+    }
+
+    /// Checks `declared` against the schemas stored with the state, records
+    /// it if new, and notes how old values decode.
+    fn check_schema(&self, meta: &StateMeta, declared: &TypeSchema) -> Result<()> {
+        let db = &self.inner.lower.db;
+        let key = crate::schema::history_key(&meta.desc.name);
+        let corrupt = |e: serde_json::Error| StateError::Corrupt {
+            state: meta.desc.name.clone(),
+            reason: format!("unreadable schema history: {e}"),
+        };
+        let history: Vec<TypeSchema> = match db.get(&key)? {
+            Some(raw) => serde_json::from_slice(&raw).map_err(corrupt)?,
+            None => Vec::new(),
+        };
+        let (pad, record) = crate::schema::check(&meta.desc.name, &history, declared)?;
+        if record {
+            let mut history = history;
+            history.push(declared.clone());
+            db.put(&key, serde_json::to_vec(&history).map_err(corrupt)?)?;
+        }
+        let _ = meta.pad.set(pad);
+        Ok(())
     }
 
     /// The clock (watermark) this store measures event-time TTL against.
@@ -739,6 +816,26 @@ impl Drop for StoreInner {
 }
 
 impl StoreInner {
+    /// Decodes a stored value body of `state`; a value written under an
+    /// older schema of the state lacks its trailing `Option` fields, which
+    /// decode as `None` (see [`crate::schema`]).
+    pub(crate) fn decode<T: DeserializeOwned>(&self, state: u16, body: &[u8]) -> Result<T> {
+        let name = self.name(state);
+        let first = codec::decode(name, body);
+        let pad = self.meta(state).pad.get().copied().unwrap_or(0);
+        if first.is_ok() || pad == 0 {
+            return first;
+        }
+        let mut padded = body.to_vec();
+        for _ in 0..pad {
+            padded.push(0);
+            if let Ok(value) = codec::decode(name, &padded) {
+                return Ok(value);
+            }
+        }
+        first
+    }
+
     /// Writes every dirty L1 entry to L2 in one batch.
     fn flush_dirty(&self) -> Result<()> {
         let _tiers = self.lock_tiers()?;

@@ -391,3 +391,140 @@ fn a_list_over_its_per_key_limit_is_an_error_naming_the_key_in_memory_and_on_dis
         "{e}"
     );
 }
+
+mod v1 {
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    pub struct Flight {
+        pub date: i64,
+        pub delay: i64,
+    }
+}
+mod v2 {
+    /// v1 plus an optional field at the end: migrated.
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    pub struct Flight {
+        pub date: i64,
+        pub delay: i64,
+        pub gate: Option<String>,
+    }
+}
+mod swapped {
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    pub struct Flight {
+        pub delay: i64,
+        pub date: i64,
+    }
+}
+mod unsigned {
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    pub struct Flight {
+        pub date: u64,
+        pub delay: i64,
+    }
+}
+
+fn flights_store(dir: &std::path::Path) -> StateStore {
+    StateStore::builder(dir)
+        .l1_capacity(1)
+        .state(StateDescriptor::list("history"))
+        .state(StateDescriptor::value("last"))
+        .open()
+        .unwrap()
+}
+
+/// Why a store on `dir` refuses a list state of `T`.
+fn refusal<T>(dir: &std::path::Path) -> String
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let store = flights_store(dir);
+    let e = store.list_state::<T>("history").err().expect("refused");
+    drop(store);
+    e.to_string()
+}
+
+#[test]
+fn a_changed_state_type_is_refused_naming_the_state_unless_only_optional_fields_were_added() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = flights_store(dir.path());
+        let history = s.list_state::<v1::Flight>("history").unwrap();
+        let last = s.value_state::<v1::Flight>("last").unwrap();
+        for i in 0..3 {
+            history
+                .add(
+                    b"LAS",
+                    v1::Flight {
+                        date: i,
+                        delay: 10 * i,
+                    },
+                )
+                .unwrap();
+        }
+        last.update(b"LAS", v1::Flight { date: 2, delay: 20 })
+            .unwrap();
+        s.close().unwrap();
+    }
+    for e in [
+        refusal::<swapped::Flight>(dir.path()),
+        refusal::<unsigned::Flight>(dir.path()),
+    ] {
+        assert!(
+            e.contains("state 'history'") && e.contains("stored values have schema"),
+            "{e}"
+        );
+    }
+    // v2 adds an Option at the end: old values read with it None, new ones
+    // are written whole, and both read back.
+    let s = flights_store(dir.path());
+    let history = s.list_state::<v2::Flight>("history").unwrap();
+    let last = s.value_state::<v2::Flight>("last").unwrap();
+    let old = |i: i64| v2::Flight {
+        date: i,
+        delay: 10 * i,
+        gate: None,
+    };
+    assert_eq!(last.get(b"LAS").unwrap(), Some(old(2)));
+    let new = v2::Flight {
+        date: 3,
+        delay: 30,
+        gate: Some("B12".into()),
+    };
+    history.add(b"LAS", new.clone()).unwrap();
+    let got: Vec<v2::Flight> = history.get(b"LAS").unwrap().iter().cloned().collect();
+    assert_eq!(got, vec![old(0), old(1), old(2), new]);
+    drop((history, last));
+    s.close().unwrap();
+    // Going back to v1 is refused: v2 values are not v1 values.
+    let e = refusal::<v1::Flight>(dir.path());
+    assert!(e.contains("state 'history'"), "{e}");
+}
+
+#[test]
+fn state_written_with_other_key_groups_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |max: u32| {
+        StateStore::builder(dir.path())
+            .max_parallelism(max)
+            .state(StateDescriptor::value("count"))
+            .open()
+    };
+    {
+        let s = open(128).unwrap();
+        s.value_state::<u64>("count")
+            .unwrap()
+            .update(b"bob", 1)
+            .unwrap();
+        s.close().unwrap();
+    }
+    let e = open(64).err().unwrap().to_string();
+    assert!(
+        e.contains("max parallelism 128") && e.contains(".max_parallelism(128)"),
+        "{e}"
+    );
+    let s = open(128).unwrap();
+    assert_eq!(
+        s.value_state::<u64>("count").unwrap().get(b"bob").unwrap(),
+        Some(1)
+    );
+}

@@ -98,3 +98,83 @@ fn a_restore_refuses_another_input_file_and_an_inconsistent_checkpoint() {
     )));
     assert!(e.contains("is inconsistent"), "{e}");
 }
+
+#[test]
+fn a_restore_refuses_an_input_of_the_same_size_with_other_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, chk) = (
+        dir.path().join("a.csv"),
+        dir.path().join("out"),
+        dir.path().join("chk"),
+    );
+    std::fs::write(&input, CSV).unwrap();
+    let first = strata(&route_history_args(&input, &out, Some(&chk), &[]));
+    assert!(first.status.success());
+    // Same bytes count, one delay changed: 33 -> 34.
+    let other = CSV.replacen(",33,", ",34,", 1);
+    assert_eq!(other.len(), CSV.len());
+    std::fs::write(&input, other).unwrap();
+    let e = error_line(&strata(&route_history_args(
+        &input,
+        &out,
+        Some(&chk),
+        &["--restore", "latest"],
+    )));
+    assert!(
+        e.contains("same size but other content")
+            && e.contains("restore needs the same input file"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_second_job_on_the_same_local_state_directory_is_refused_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = format!("state.local-dir={}", dir.path().join("local").display());
+    let first = Command::new(strata_bin())
+        .args(route_history_args(
+            &flights_path(),
+            &dir.path().join("out-a"),
+            Some(&dir.path().join("chk-a")),
+            &["-D", "source.max-records-per-second=400000", "-D", &local],
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = strata(&route_history_args(
+        &flights_path(),
+        &dir.path().join("out-b"),
+        Some(&dir.path().join("chk-b")),
+        &["-D", &local],
+    ));
+    let e = error_line(&second);
+    assert!(
+        e.contains("local state directory")
+            && e.contains("in use by another strata job")
+            && e.contains(&format!("pid {}", first.id())),
+        "{e}"
+    );
+    let first = first.wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(read_output(&dir.path().join("out-a")).len(), 3_000_000);
+}
+
+#[test]
+fn the_same_directory_for_output_and_checkpoints_is_refused_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("a.csv");
+    std::fs::write(&input, CSV).unwrap();
+    let same = dir.path().join("x");
+    let e = error_line(&strata(&route_history_args(
+        &input,
+        &same,
+        Some(&same),
+        &[],
+    )));
+    assert!(e.contains("already its checkpoint directory"), "{e}");
+}
