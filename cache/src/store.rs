@@ -826,14 +826,12 @@ impl StoreInner {
         if first.is_ok() || pad == 0 {
             return first;
         }
-        let mut padded = body.to_vec();
-        for _ in 0..pad {
-            padded.push(0);
-            if let Ok(value) = codec::decode(name, &padded) {
-                return Ok(value);
-            }
-        }
-        first
+        (1..=pad)
+            .find_map(|k| {
+                let padded = [body, &vec![0; k]].concat();
+                codec::decode(name, &padded).ok()
+            })
+            .map_or(first, Ok)
     }
 
     /// Writes every dirty L1 entry to L2 in one batch.
