@@ -324,3 +324,33 @@ pub fn case(name: &str) -> PathBuf {
     assert!(path.is_file(), "{} is missing", path.display());
     path
 }
+
+/// The Prometheus text a running strata serves at `addr` (`--metrics-addr`).
+pub fn scrape(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body)?;
+    Ok(body)
+}
+
+/// One metric's value in scraped text, summed over the series whose labels
+/// contain `label` (all of them if `None`); `None` if it has no series.
+pub fn metric_value(body: &str, name: &str, label: Option<&str>) -> Option<f64> {
+    let values: Vec<f64> = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter(|l| label.is_none_or(|lab| l.contains(lab)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}

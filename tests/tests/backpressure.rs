@@ -1,7 +1,6 @@
 //! With the sink throttled to 20,000 records/s and the source unthrottled,
 //! the source advances at the sink's pace and resident memory stays flat.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use strata_tests::*;
@@ -17,17 +16,7 @@ fn rss_bytes(pid: u32) -> u64 {
 }
 
 fn metric(addr: &str, name: &str) -> Option<f64> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
+    metric_value(&scrape(addr).ok()?, name, None)
 }
 
 #[test]

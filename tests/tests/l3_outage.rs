@@ -6,7 +6,6 @@
 //! the first 200,000 flights at 4,000 records/s, so it is mid-run when
 //! Cassandra stops.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
@@ -37,18 +36,6 @@ impl Drop for Job {
     }
 }
 
-fn scrape(addr: &str) -> std::io::Result<String> {
-    let mut conn = std::net::TcpStream::connect(addr)?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body)?;
-    Ok(body)
-}
-
 /// One metric's value from the Prometheus endpoint (summed over labels).
 fn metric(addr: &str, name: &str, label: Option<&str>) -> f64 {
     let body = (0..5)
@@ -60,11 +47,7 @@ fn metric(addr: &str, name: &str, label: Option<&str>) -> f64 {
             got
         })
         .unwrap_or_else(|| panic!("the metrics endpoint {addr} does not answer"));
-    body.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter(|l| label.is_none_or(|lab| l.contains(lab)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_value(&body, name, label).unwrap_or(0.0)
 }
 
 #[test]

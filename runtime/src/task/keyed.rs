@@ -278,6 +278,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
     /// Writes the timers that changed into state, then lets the store flush
     /// L1 and take a RocksDB checkpoint into `local`.
     fn snapshot_locally(&mut self, id: u64, local: &std::path::Path) -> Result<()> {
+        slow_disk_delay();
         let timers = Self::timers_state(&self.store)?;
         for (key, times) in self.timers.take_changed() {
             if times.is_empty() {
@@ -293,5 +294,22 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
             .map_err(RuntimeError::io(&self.local_checkpoints))?;
         self.store.checkpoint(local, id)?;
         Ok(())
+    }
+}
+
+/// A test hook standing in for a slow disk: with
+/// `STRATA_SLOW_CHECKPOINT_MS=<n>` in the environment, the synchronous part
+/// of every keyed checkpoint takes `n` ms longer (a blocking sleep, as a
+/// slow fsync would block). Unset, it costs one check of a cached value.
+fn slow_disk_delay() {
+    static DELAY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        std::env::var("STRATA_SLOW_CHECKPOINT_MS")
+            .ok()?
+            .parse()
+            .ok()
+    });
+    if let Some(ms) = delay {
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
     }
 }
