@@ -22,11 +22,14 @@ pub fn repo_root() -> PathBuf {
 /// profile as this test. `scripts/test.sh` builds them before the tests.
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join(name);
+    // Tests run from target/<profile>/deps, tools (crash-soak) from target/<profile>.
+    let dir = exe.parent().expect("target/<profile>");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("target/<profile>")
+    } else {
+        dir
+    };
+    let bin = dir.join(name);
     assert!(
         bin.is_file(),
         "{} is missing: build it first (scripts/test.sh does)",

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Crash soak: route-history on the real flights, SIGKILLed at random moments
+# (a third of them while a checkpoint is in flight) and restored with
+# --restore latest until at least --kills kills (default 100); each finished
+# round's output is compared line by line with the batch computation.
+#
+#   scripts/crash-soak.sh [--kills N] [--seed N]            # L1/L2 only
+#   scripts/crash-soak.sh --l3 127.0.0.1:9042 --rows 200000  # with L3 (Cassandra
+#                                   running: scripts/cassandra.sh start); also
+#                                   aborts at random cold moves
+#
+# Prints one line per round and a summary; exits 1 if any output differs.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$STRATA_ROOT"
+cargo build --release --workspace --bins
+exec "$CARGO_TARGET_DIR/release/crash-soak" "$@"
