@@ -193,7 +193,7 @@ pub fn summary(r: &JobReport) -> String {
     let l3 = r.l3.unwrap_or_default();
     format!(
         "strata: done. records_in={} records_out={} dead_letters={} elapsed_s={:.2} records_per_s={:.0} \
-         restored_from={} restore_ms={} checkpoints={} checkpoint_mean_ms={} checkpoint_last_state_bytes={} \
+         restored_from={} restore_ms={} checkpoints={} checkpoints_failed={} checkpoint_mean_ms={} checkpoint_last_state_bytes={} \
          l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={} l2_wait_ms={} \
          l3_hits={} l3_misses={} l3_evictions={} l3_evicted_bytes={} l3_reads={} l3_writes={} l3_retries={} l3_errors={}",
         r.records_in,
@@ -204,6 +204,7 @@ pub fn summary(r: &JobReport) -> String {
         r.restored_from.map_or("none".into(), |id| id.to_string()),
         r.restore_time.as_millis(),
         r.checkpoints.len(),
+        r.checkpoints_failed,
         mean_ms,
         last.map_or(0, |c| c.state_bytes),
         r.tiers.l1_hits,

@@ -188,7 +188,7 @@ impl CheckpointMetadata {
 
     /// Checks that the metadata describes a runnable job: instance counts,
     /// key-group ranges and ids agree with each other and with `config`.
-    pub(crate) fn validate(&self, config: &crate::JobConfig) -> std::result::Result<(), String> {
+    pub fn validate(&self, config: &crate::JobConfig) -> std::result::Result<(), String> {
         let (par, max) = (self.parallelism, self.max_parallelism);
         if par == 0 || par > max || max > strata_cache::key_group::MAX_KEY_GROUPS {
             return Err(format!(

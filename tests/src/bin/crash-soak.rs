@@ -68,7 +68,8 @@ impl Rng {
 fn checkpoint_in_flight(chk: &Path) -> bool {
     std::fs::read_dir(chk).is_ok_and(|entries| {
         entries.flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("chk-") && !e.path().join("_metadata").exists()
+            e.file_name().to_string_lossy().starts_with("chk-")
+                && !e.path().join("_metadata").exists()
         })
     })
 }
@@ -92,19 +93,33 @@ impl Round<'_> {
     fn start(&self, restore: bool, crash_at: Option<String>) -> std::process::Child {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         let mut cmd = Command::new(strata_bin());
-        cmd.args(route_history_args(self.input, &self.out, Some(&self.chk), &extra));
+        cmd.args(route_history_args(
+            self.input,
+            &self.out,
+            Some(&self.chk),
+            &extra,
+        ));
         if restore {
             cmd.args(["--restore", "latest"]);
         }
         if let Some(at) = crash_at {
             cmd.env("STRATA_CRASH_AT", at);
         }
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("strata starts")
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("strata starts")
     }
 
     /// Runs once: killed after `after` (or once a checkpoint is in flight
     /// after it, with `at_checkpoint`), or to its end.
-    fn run_once(&self, restore: bool, after: Duration, at_checkpoint: bool, crash_at: Option<String>) -> End {
+    fn run_once(
+        &self,
+        restore: bool,
+        after: Duration,
+        at_checkpoint: bool,
+        crash_at: Option<String>,
+    ) -> End {
         let mut child = self.start(restore, crash_at);
         let started = Instant::now();
         loop {
@@ -116,10 +131,14 @@ impl Round<'_> {
                 if status.success() {
                     return End::Finished;
                 }
-                assert!(stderr.contains("reached: aborting"), "strata failed: {stderr}");
+                assert!(
+                    stderr.contains("reached: aborting"),
+                    "strata failed: {stderr}"
+                );
                 return End::Aborted;
             }
-            let due = started.elapsed() >= after && (!at_checkpoint || checkpoint_in_flight(&self.chk));
+            let due =
+                started.elapsed() >= after && (!at_checkpoint || checkpoint_in_flight(&self.chk));
             if due || started.elapsed() > after + Duration::from_secs(20) {
                 let in_flight = checkpoint_in_flight(&self.chk);
                 child.kill().expect("SIGKILL");
@@ -137,16 +156,22 @@ fn main() {
         Some(rows) => flights_head(rows),
         None => flights_path(),
     };
-    eprintln!("crash-soak: seed {} (replay with --seed {})", a.seed, a.seed);
+    eprintln!(
+        "crash-soak: seed {} (replay with --seed {})",
+        a.seed, a.seed
+    );
     let want = reference_route_history(&input);
     let mut rng = Rng(a.seed | 1);
     let (mut kills, mut during_checkpoints, mut aborts, mut restores, mut rounds, mut bad) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let started = Instant::now();
-    let mut extra: Vec<String> = ["checkpoint.interval=1s", "source.max-records-per-second=100000"]
-        .iter()
-        .flat_map(|d| ["-D".to_string(), d.to_string()])
-        .collect();
+    let mut extra: Vec<String> = [
+        "checkpoint.interval=1s",
+        "source.max-records-per-second=100000",
+    ]
+    .iter()
+    .flat_map(|d| ["-D".to_string(), d.to_string()])
+    .collect();
     if let Some(node) = &a.l3 {
         let ks = strata_tests::cassandra::unique_keyspace("soak");
         for d in [
@@ -164,7 +189,10 @@ fn main() {
         if a.l3.is_some() {
             // Each round is a job of its own: its own keyspace.
             let ks = strata_tests::cassandra::unique_keyspace("soak");
-            let i = extra.iter().position(|e| e.starts_with("state.l3.keyspace=")).expect("keyspace");
+            let i = extra
+                .iter()
+                .position(|e| e.starts_with("state.l3.keyspace="))
+                .expect("keyspace");
             extra[i] = format!("state.l3.keyspace={ks}");
         }
         let round = Round {
