@@ -232,7 +232,7 @@ fn timers_survive_a_restore_exactly_once_and_live_in_their_keys_key_groups() {
         .restore_latest(restore)
         .run()
     };
-    let e = run(false).err().expect("the first run crashes").to_string();
+    let e = run(false).expect_err("the first run crashes").to_string();
     assert!(e.contains("a crash in the middle"), "{e}");
     let report = run(true).unwrap();
     assert!(report.restored_from.is_some(), "restored from a checkpoint");
