@@ -528,3 +528,44 @@ fn state_written_with_other_key_groups_is_refused_at_open() {
         Some(1)
     );
 }
+
+#[test]
+fn a_store_dropped_without_close_still_writes_what_only_l1_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        StateStore::builder(dir.path())
+            .l1_capacity(64 << 20)
+            .state(StateDescriptor::value("count"))
+            .state(StateDescriptor::list("events"))
+            .open()
+            .unwrap()
+    };
+    {
+        let s = open();
+        let (count, events) = (
+            s.value_state::<u64>("count").unwrap(),
+            s.list_state::<u32>("events").unwrap(),
+        );
+        count.update(b"alice", 41).unwrap();
+        events.get(b"alice").unwrap();
+        events.add(b"alice", 7).unwrap();
+        // Dropped here: everything above lives only in L1 (write-back).
+    }
+    let s = open();
+    assert_eq!(
+        s.value_state::<u64>("count")
+            .unwrap()
+            .get(b"alice")
+            .unwrap(),
+        Some(41)
+    );
+    let events: Vec<u32> = s
+        .list_state::<u32>("events")
+        .unwrap()
+        .get(b"alice")
+        .unwrap()
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(events, vec![7]);
+}

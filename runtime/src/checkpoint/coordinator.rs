@@ -136,8 +136,7 @@ impl Coordinator {
                     None
                 }
                 _ = sleep_until(deadline), if deadline.is_some() => {
-                    let flight = in_flight.take().expect("a deadline implies a checkpoint in flight");
-                    Some(self.expired(&flight))
+                    in_flight.take().map(|flight| self.expired(&flight))
                 }
                 ack = self.acks.recv() => match ack.ok_or(RuntimeError::Disconnected)? {
                     Ack::SourceFinished => { finish_requested = true; None }
