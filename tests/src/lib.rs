@@ -357,3 +357,15 @@ pub fn metric_value(body: &str, name: &str, label: Option<&str>) -> Option<f64> 
         .collect();
     (!values.is_empty()).then(|| values.iter().sum())
 }
+
+/// The `strata: error: …` line of a run that must have failed (not by a panic).
+pub fn error_line(o: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "expected a failure: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+        .lines()
+        .find(|l| l.starts_with("strata: error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"))
+        .to_owned()
+}

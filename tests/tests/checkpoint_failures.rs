@@ -38,17 +38,6 @@ fn run_within(args: &[String], limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn error_line(o: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "expected a failure: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-        .lines()
-        .find(|l| l.starts_with("strata: error: "))
-        .unwrap_or_else(|| panic!("no error line: {stderr}"))
-        .to_owned()
-}
-
 /// A tmpfs of `size` mounted at `dir`, unmounted when dropped.
 struct Tmpfs(std::path::PathBuf);
 

@@ -8,17 +8,6 @@ use strata_tests::*;
 
 const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2176,LAS,PHL\n2001-01-01 00:02,5,215,ATL,SAV\n2001-01-01 00:03,-5,215,LAS,PHL\n";
 
-fn error_line(o: &std::process::Output) -> String {
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "expected a failure: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-        .lines()
-        .find(|l| l.starts_with("strata: error: "))
-        .unwrap_or_else(|| panic!("no error line: {stderr}"))
-        .to_owned()
-}
-
 #[test]
 fn a_second_job_on_the_same_directories_is_refused_and_the_first_finishes() {
     let dir = tempfile::tempdir().unwrap();

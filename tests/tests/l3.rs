@@ -105,6 +105,33 @@ fn tiny_l1_and_l2_give_the_batch_output_l3_holds_most_routes_and_a_zombie_is_fen
     assert_eq!(cql.fingerprint(&ks), before, "the zombie changed L3");
 }
 
+/// Runs the job once per crash point (`STRATA_CRASH_AT`), each run after
+/// the first restoring the latest checkpoint; checks that each run aborted
+/// there, then calls `after_each`.
+fn crash_at(
+    out: &std::path::Path,
+    chk: &std::path::Path,
+    args: &[String],
+    points: &[&str],
+    after_each: impl Fn(),
+) {
+    for (i, point) in points.iter().enumerate() {
+        let mut cmd = Command::new(strata_bin());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        cmd.args(route_history_args(&input(), out, Some(chk), &a));
+        if i > 0 {
+            cmd.args(["--restore", "latest"]);
+        }
+        let o = cmd.env("STRATA_CRASH_AT", point).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("reached: aborting"),
+            "run {i} did not crash at {point}: {err}"
+        );
+        after_each();
+    }
+}
+
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -144,23 +171,13 @@ fn crashes_around_cold_eviction_then_restore_give_the_batch_output() {
     // Abort right after a checkpoint completed, before its cold keys reach
     // L3; then after they reached L3 but before L2 forgot them; then a
     // SIGKILL at an arbitrary moment; then run to the end.
-    for (i, crash_at) in ["before-l3-write:3", "before-l2-delete:2"]
-        .iter()
-        .enumerate()
-    {
-        let mut cmd = Command::new(strata_bin());
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
-        if i > 0 {
-            cmd.args(["--restore", "latest"]);
-        }
-        let o = cmd.env("STRATA_CRASH_AT", crash_at).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(
-            !o.status.success() && err.contains("reached: aborting"),
-            "run {i} did not crash at {crash_at}: {err}"
-        );
-    }
+    crash_at(
+        &out,
+        &chk,
+        &args,
+        &["before-l3-write:3", "before-l2-delete:2"],
+        || {},
+    );
     let mut cmd = Command::new(strata_bin());
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
@@ -282,28 +299,19 @@ fn cold_moves_repeated_after_crashes_rewrite_the_same_rows_and_the_output_is_exa
     let args = l3_args(&ks, "1MB");
     // Crash after a move reached L3 and before L2 forgot its keys, three
     // times at different moves; each restore repeats the move.
-    for (i, crash_at) in [
-        "before-l2-delete:3",
-        "before-l2-delete:2",
-        "before-l2-delete:4",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let mut cmd = Command::new(strata_bin());
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
-        if i > 0 {
-            cmd.args(["--restore", "latest"]);
-        }
-        let o = cmd.env("STRATA_CRASH_AT", crash_at).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(
-            err.contains("reached: aborting"),
-            "run {i} did not crash at {crash_at}: {err}"
-        );
-        assert_rows_whole(&cql, &ks);
-    }
+    crash_at(
+        &out,
+        &chk,
+        &args,
+        &[
+            "before-l2-delete:3",
+            "before-l2-delete:2",
+            "before-l2-delete:4",
+        ],
+        || {
+            assert_rows_whole(&cql, &ks);
+        },
+    );
     let mut restore = args.clone();
     restore.extend(["--restore".into(), "latest".into()]);
     let o = run(&out, &chk, &restore);
