@@ -7,7 +7,8 @@
 //! crash-soak [--kills 100] [--seed N] [--l3 127.0.0.1:9042] [--rows N]
 //! ```
 //!
-//! Kills are SIGKILLs at random moments (0.2–2.5 s after a start); every
+//! Kills are SIGKILLs at random moments (0.2–2.5 s after a start, 1–8 s
+//! with L3, whose checkpoints take seconds); every
 //! third one waits until a checkpoint is in flight (a `chk-N` directory
 //! without `_metadata`) and kills it then. With `--l3`, L3 is on (1 MB of
 //! L1 and L2 per instance, so keys move to Cassandra at every checkpoint)
@@ -203,7 +204,12 @@ fn main() {
         };
         let mut restore = false;
         loop {
-            let after = Duration::from_millis(200 + rng.below(2300));
+            // With L3 a checkpoint takes seconds (cold reads hold the
+            // barrier back): kills must leave room for some to complete.
+            let after = match a.l3 {
+                None => Duration::from_millis(200 + rng.below(2300)),
+                Some(_) => Duration::from_millis(1000 + rng.below(7000)),
+            };
             let at_checkpoint = rng.below(3) == 0;
             let crash_at = (a.l3.is_some() && rng.below(4) == 0).then(|| {
                 let point = ["before-l2-delete", "before-l3-write"][rng.below(2) as usize];
