@@ -12,7 +12,9 @@ pub enum ConnectorError {
     #[error("input file {0} is empty")]
     Empty(PathBuf),
     /// The file's format could not be told from its name.
-    #[error("cannot tell the format of {0}: use a .parquet, .csv or .jsonl file name")]
+    #[error(
+        "cannot tell the format of {0}: use a .parquet, .csv, .jsonl, .ndjson or .json file name"
+    )]
     UnknownFormat(PathBuf),
     /// A column the job needs is absent.
     #[error("{path}: missing column '{column}' (the file has: {found})")]

@@ -10,6 +10,7 @@
 //! problems with one record (a wrong value, a truncated last line) are a
 //! [`RecordError`] for that record, and reading goes on after it.
 
+use crate::csv_rows::CsvRows;
 use crate::error::{ConnectorError, RecordError, Result};
 use crate::identity::{parquet_identity, InputIdentity, PrefixDigest};
 use crate::row::{parse_text, FieldType, Row, Schema, Value};
@@ -48,6 +49,17 @@ impl Format {
     }
 }
 
+/// How a source reads its input (`source.*` configuration keys).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceOptions {
+    /// CSV: whether a quoted field may hold line breaks
+    /// (`source.csv.multiline-fields`, default false). When it may not, a
+    /// record whose quoted field runs across a line break is a bad record
+    /// (a stray quote, which would otherwise swallow the lines up to the
+    /// next quote) and reading goes on at the next line.
+    pub csv_multiline_fields: bool,
+}
+
 /// How far a source has read: the replay point a checkpoint records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Position {
@@ -71,7 +83,7 @@ enum Identity {
 /// One record: a row, or what is wrong with it.
 pub type RowResult = std::result::Result<Row, RecordError>;
 
-trait RowReader: Send {
+pub(crate) trait RowReader: Send {
     /// The next record, `None` at the end, or an error that ends reading
     /// (I/O, a corrupt Parquet page).
     fn next_row(&mut self) -> Result<Option<RowResult>>;
@@ -99,6 +111,17 @@ impl FileSource {
     /// [`ConnectorError::MissingColumn`], [`ConnectorError::WrongType`],
     /// [`ConnectorError::Corrupt`].
     pub fn open(path: &Path, format: Format, schema: &Schema, start: Position) -> Result<Self> {
+        Self::open_with(path, format, schema, start, &SourceOptions::default())
+    }
+
+    /// [`FileSource::open`] with [`SourceOptions`].
+    pub fn open_with(
+        path: &Path,
+        format: Format,
+        schema: &Schema,
+        start: Position,
+        options: &SourceOptions,
+    ) -> Result<Self> {
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ConnectorError::NotFound(path.to_owned()),
             _ => ConnectorError::Io {
@@ -119,7 +142,15 @@ impl FileSource {
                 let total = r.total;
                 (Box::new(r), Some(total))
             }
-            Format::Csv => (Box::new(CsvRows::open(path, schema, start)?), None),
+            Format::Csv => (
+                Box::new(CsvRows::open(
+                    path,
+                    schema,
+                    start,
+                    options.csv_multiline_fields,
+                )?),
+                None,
+            ),
             Format::JsonLines => (Box::new(JsonRows::open(path, schema, start)?), None),
         };
         Ok(Self {
@@ -227,7 +258,7 @@ impl FileSource {
     }
 }
 
-fn corrupt(path: &Path, format: &'static str, reason: impl ToString) -> ConnectorError {
+pub(crate) fn corrupt(path: &Path, format: &'static str, reason: impl ToString) -> ConnectorError {
     ConnectorError::Corrupt {
         path: path.to_owned(),
         format,
@@ -235,11 +266,25 @@ fn corrupt(path: &Path, format: &'static str, reason: impl ToString) -> Connecto
     }
 }
 
-fn missing(path: &Path, column: &str, found: &[String]) -> ConnectorError {
+pub(crate) fn missing(path: &Path, column: &str, found: &[String]) -> ConnectorError {
+    // A header taken over by a stray quote can hold the whole file.
+    let mut listed = found
+        .iter()
+        .take(50)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if listed.len() > 300 || found.len() > 50 {
+        listed = format!(
+            "{}… ({} columns)",
+            listed.chars().take(300).collect::<String>(),
+            found.len()
+        );
+    }
     ConnectorError::MissingColumn {
         path: path.to_owned(),
         column: column.to_owned(),
-        found: found.join(", "),
+        found: listed,
     }
 }
 
@@ -389,7 +434,7 @@ impl RowReader for ParquetRows {
 }
 
 /// Parses the text fields of one record (CSV cells or JSON strings).
-fn typed_row(
+pub(crate) fn typed_row(
     number: u64,
     schema: &Schema,
     mut text: impl FnMut(usize) -> std::result::Result<Value, String>,
@@ -404,173 +449,6 @@ fn typed_row(
         values.push(value);
     }
     Ok(Row { number, values })
-}
-
-struct CsvRows {
-    path: PathBuf,
-    line: u64,
-    reader: csv::Reader<File>,
-    /// A second handle on the file, to look at the raw bytes of a record
-    /// that spans several lines.
-    raw: File,
-    schema: Schema,
-    columns: Vec<usize>,
-    record: csv::StringRecord,
-    number: u64,
-    offset: u64,
-}
-
-impl CsvRows {
-    fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
-        let file = File::open(path).map_err(ConnectorError::io(path))?;
-        let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
-        let headers: Vec<String> = reader
-            .headers()
-            .map_err(|e| corrupt(path, "CSV", e))?
-            .iter()
-            .map(str::to_owned)
-            .collect();
-        let columns = schema
-            .fields
-            .iter()
-            .map(|(name, _)| {
-                headers
-                    .iter()
-                    .position(|h| h == name)
-                    .ok_or_else(|| missing(path, name, &headers))
-            })
-            .collect::<Result<_>>()?;
-        let mut offset = reader.position().byte();
-        if start.records > 0 {
-            let mut pos = csv::Position::new();
-            pos.set_byte(start.byte_offset)
-                .set_record(start.records + 1)
-                .set_line(start.line.max(2));
-            reader.seek(pos).map_err(|e| corrupt(path, "CSV", e))?;
-            offset = start.byte_offset;
-        }
-        Ok(Self {
-            path: path.to_owned(),
-            line: start.line,
-            reader,
-            raw: File::open(path).map_err(ConnectorError::io(path))?,
-            schema: schema.clone(),
-            columns,
-            record: csv::StringRecord::new(),
-            number: start.records,
-            offset,
-        })
-    }
-}
-
-impl CsvRows {
-    /// The raw bytes of the file between two positions.
-    fn raw_bytes(&mut self, from: u64, to: u64) -> Result<Vec<u8>> {
-        use std::io::Read;
-        let mut bytes = vec![0; to.saturating_sub(from) as usize];
-        self.raw
-            .seek(SeekFrom::Start(from))
-            .and_then(|_| self.raw.read_exact(&mut bytes))
-            .map_err(ConnectorError::io(&self.path))?;
-        Ok(bytes)
-    }
-
-    /// A record read from `start` to `end` that spans several lines holds a
-    /// quoted field with line breaks. If its quotes do not pair up, the
-    /// quote opened in its first line is never closed and the reader took
-    /// the rest of the file as that one field: the record is reported as
-    /// what it is, and reading goes on at the line after its first.
-    fn check_multiline(
-        &mut self,
-        start: &csv::Position,
-        end: &csv::Position,
-    ) -> Result<Option<RecordError>> {
-        if end.line() <= start.line() + 1 {
-            return Ok(None);
-        }
-        let raw = self.raw_bytes(start.byte(), end.byte())?;
-        if raw.iter().filter(|b| **b == b'"').count() % 2 == 0 {
-            return Ok(None);
-        }
-        let first_line = raw
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(raw.len(), |i| i + 1);
-        let mut resume = csv::Position::new();
-        resume
-            .set_byte(start.byte() + first_line as u64)
-            .set_line(start.line() + 1)
-            .set_record(start.record() + 1);
-        self.reader
-            .seek(resume.clone())
-            .map_err(|e| corrupt(&self.path, "CSV", e))?;
-        self.offset = resume.byte();
-        self.line = resume.line();
-        Ok(Some(RecordError {
-            record: self.number,
-            field: None,
-            reason: format!(
-                "malformed CSV: line {} opens a quoted field ('\"') that is never closed, so the rest of the file (lines {}..{}) would be read as one field; the line is taken as this record and reading goes on at line {}",
-                start.line(),
-                start.line(),
-                end.line().saturating_sub(1),
-                start.line() + 1
-            ),
-        }))
-    }
-}
-
-impl RowReader for CsvRows {
-    fn next_row(&mut self) -> Result<Option<RowResult>> {
-        let start = self.reader.position().clone();
-        let read = self.reader.read_record(&mut self.record);
-        let end = self.reader.position().clone();
-        self.offset = end.byte();
-        self.line = end.line();
-        self.number += 1;
-        match read {
-            Ok(false) => Ok(None),
-            Err(e) if e.is_io_error() => Err(corrupt(&self.path, "CSV", e)),
-            Err(e) => Ok(Some(Err(RecordError {
-                record: self.number,
-                field: None,
-                reason: format!("malformed CSV: {e}"),
-            }))),
-            Ok(true) => {
-                if let Some(bad) = self.check_multiline(&start, &end)? {
-                    return Ok(Some(Err(bad)));
-                }
-                let (record, columns) = (&self.record, &self.columns);
-                let spans = if end.line() > start.line() + 1 {
-                    format!(
-                        " (the record spans lines {}..{}: a stray quote?)",
-                        start.line(),
-                        end.line() - 1
-                    )
-                } else {
-                    String::new()
-                };
-                Ok(Some(typed_row(self.number, &self.schema, |i| {
-                    let cell = record.get(columns[i]).ok_or_else(|| {
-                        format!(
-                            "the record has {} cells, the header {} or more{spans}",
-                            record.len(),
-                            columns[i] + 1
-                        )
-                    })?;
-                    parse_text(cell, self.schema.fields[i].1)
-                })))
-            }
-        }
-    }
-
-    fn byte_offset(&self) -> u64 {
-        self.offset
-    }
-
-    fn line(&self) -> u64 {
-        self.line
-    }
 }
 
 struct JsonRows {
@@ -605,9 +483,11 @@ impl JsonRows {
         match (v, ty) {
             (None, _) => Err("missing".to_owned()),
             (Some(J::Null), _) => Ok(Value::Null),
+            (Some(J::String(s)), FieldType::String) => Ok(Value::String(s.clone())),
             (Some(J::String(s)), _) => parse_text(s, ty),
             (Some(J::Number(n)), FieldType::Int64 | FieldType::Timestamp) => n
                 .as_i64()
+                .or_else(|| n.as_f64().filter(|f| *f == 0.0).map(|_| 0))
                 .map(|i| {
                     if ty == FieldType::Int64 {
                         Value::Int64(i)

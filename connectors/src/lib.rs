@@ -19,6 +19,7 @@
 //! # Ok::<(), strata_connectors::ConnectorError>(())
 //! ```
 
+mod csv_rows;
 mod error;
 mod file_sink;
 mod file_source;
@@ -28,7 +29,7 @@ mod throttle;
 
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{FileSink, PendingFile, SinkState};
-pub use file_source::{FileSource, Format, Position, RowResult};
+pub use file_source::{FileSource, Format, Position, RowResult, SourceOptions};
 pub use identity::InputIdentity;
 pub use row::{
     check_timestamp, format_timestamp, parse_text, FieldType, Row, Schema, Value, MAX_TIMESTAMP_MS,

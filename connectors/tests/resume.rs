@@ -173,3 +173,58 @@ fn a_file_that_changes_while_it_is_read_ends_reading_with_an_error_not_silently(
         );
     }
 }
+
+/// The rows of a CSV text, good ones as their `user` cell, bad ones as "!".
+fn cells(text: &str, options: strata_connectors::SourceOptions) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.csv");
+    std::fs::write(&path, text).unwrap();
+    let mut src =
+        FileSource::open_with(&path, Format::Csv, &schema(), Position::default(), &options)
+            .unwrap();
+    let mut out = Vec::new();
+    while let Some(row) = src.next_row().unwrap() {
+        out.push(match row {
+            Ok(r) => match &r.values[0] {
+                strata_connectors::Value::String(s) => s.clone(),
+                other => format!("{other:?}"),
+            },
+            Err(_) => "!".into(),
+        });
+    }
+    out
+}
+
+#[test]
+fn stray_quotes_never_swallow_lines_whatever_the_line_ends() {
+    let strict = strata_connectors::SourceOptions::default();
+    for end in ["\n", "\r\n", "\r"] {
+        // Two unclosed quotes that would pair up across the lines between.
+        let text = ["user,n", "a,1", "\"b,2", "c,3", "d,4", "\"e,5", "f,6", ""].join(end);
+        assert_eq!(
+            cells(&text, strict),
+            ["a", "!", "c", "d", "!", "f"],
+            "line ends {end:?}"
+        );
+        // A stray quote closed by another, lines later: the opening line is
+        // bad, the others are records again (a quote inside a cell is text).
+        let text = ["user,n", "a,1", "\"b,2", "c,3", "d\",4", "e,5", ""].join(end);
+        assert_eq!(
+            cells(&text, strict),
+            ["a", "!", "c", "d\"", "e"],
+            "line ends {end:?}"
+        );
+    }
+}
+
+#[test]
+fn quoted_line_breaks_are_read_when_allowed_and_an_unclosed_quote_still_is_not() {
+    let allowed = strata_connectors::SourceOptions {
+        csv_multiline_fields: true,
+    };
+    let text = "user,n\na,1\n\"two\nlines\",2\nc,3\n";
+    assert_eq!(cells(text, allowed), ["a", "two\nlines", "c"]);
+    assert_eq!(cells(text, Default::default()), ["a", "!", "lines\"", "c"]);
+    let unclosed = "user,n\na,1\n\"b,2\nc,3\nd,4\n";
+    assert_eq!(cells(unclosed, allowed), ["a", "!", "c", "d"]);
+}

@@ -306,3 +306,27 @@ fn event_times_near_the_64_bit_limits_are_bad_records_not_wrapped_windows() {
         assert_eq!(d["field"], "date");
     }
 }
+
+#[test]
+fn two_stray_quotes_never_swallow_the_lines_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("twoq.csv");
+    std::fs::write(
+        &input,
+        "date,delay,distance,origin,destination\n2001-01-01T00:01:00,1,1,\"LAS,PHL\n2001-01-01T00:02:00,2,1,LAS,PHL\n2001-01-01T00:03:00,3,1,LAS,PHL\n2001-01-01T00:04:00,4,1,\"LAS,PHL\n2001-01-01T00:05:00,5,1,LAS,PHL\n",
+    )
+    .unwrap();
+    // Under the default policy the first stray quote fails the job.
+    let e = one_line_error(&input);
+    assert!(e.contains("record 1") && e.contains("quoted field"), "{e}");
+    let out = dir.path().join("out");
+    let o = run(&input, &out, &["-D", "bad-input.policy=dead-letter"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let delays: Vec<i64> = read_output(&out).iter().map(|l| l.delay).collect();
+    assert_eq!(delays, vec![2, 3, 5]);
+    let dead: Vec<u64> = dead_letters(&out)
+        .iter()
+        .map(|d| d["record"].as_u64().unwrap())
+        .collect();
+    assert_eq!(dead, vec![1, 4]);
+}

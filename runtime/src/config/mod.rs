@@ -21,6 +21,7 @@
 //! | `channel.batch-size` | 512 | 1–65536 | records per batch |
 //! | `watermark.out-of-orderness` | `0s` | 0–365d | how far behind the newest timestamp a record may be |
 //! | `watermark.interval` | `200ms` | 1ms–1h | how often the source emits a watermark and sends partial batches |
+//! | `source.csv.multiline-fields` | `false` | `true`, `false` | whether a quoted CSV field may hold line breaks (if not, one that does is a bad record: a stray quote) |
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
 //! | `state.l2.capacity` | absent = unbounded | 1MB–1PB | L2 bytes on disk per instance beyond which cold keys move to L3 (needs L3) |
 //! | `state.l3.*` | L3 off | see [`l3`] | the Cassandra/ScyllaDB cold tier |
@@ -87,6 +88,8 @@ pub struct JobConfig {
     pub watermark_interval: Duration,
     /// Bad record handling.
     pub bad_input: BadInputPolicy,
+    /// Whether a quoted CSV field may hold line breaks.
+    pub csv_multiline_fields: bool,
     /// L2 bytes on disk per instance beyond which cold keys move to L3.
     pub l2_capacity: Option<u64>,
     /// The cold tier (off unless contact points are set).
@@ -114,6 +117,7 @@ impl Default for JobConfig {
             out_of_orderness_ms: 0,
             watermark_interval: Duration::from_millis(200),
             bad_input: BadInputPolicy::Fail,
+            csv_multiline_fields: false,
             l2_capacity: None,
             l3: L3Settings::default(),
         }
@@ -324,6 +328,13 @@ impl JobConfig {
             "watermark.interval" => {
                 self.watermark_interval =
                     duration(key, v, Duration::from_millis(1), Duration::from_secs(3600))?
+            }
+            "source.csv.multiline-fields" => {
+                self.csv_multiline_fields = match text(key, v)?.trim() {
+                    "true" => true,
+                    "false" => false,
+                    other => return Err(bad(key, format!("'{other}' is not true or false"))),
+                }
             }
             "bad-input.policy" => {
                 self.bad_input = match text(key, v)?.trim() {

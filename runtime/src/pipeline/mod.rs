@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strata_cache::l3::L3Stats;
 use strata_cache::TierStats;
-use strata_connectors::{FileSource, Format, Position, RecordError, Row, Schema};
+use strata_connectors::{FileSource, Format, Position, RecordError, Row, Schema, SourceOptions};
 use tokio::sync::{mpsc, watch};
 use wiring::{join_all, shutdown_signal, SourceParts, Wiring};
 
@@ -183,6 +183,12 @@ where
         }
     }
 
+    fn source_options(&self) -> SourceOptions {
+        SourceOptions {
+            csv_multiline_fields: self.config.csv_multiline_fields,
+        }
+    }
+
     /// Everything the builder must have been given, checked before
     /// anything is created on disk.
     fn take_parts(&mut self) -> Result<Parts<F::In>> {
@@ -199,8 +205,15 @@ where
             .unwrap_or_else(|| output.join("_checkpoints"));
         // Open the input once to check it (exists, format, columns).
         let format = Format::from_path(&spec.path)?;
-        FileSource::open(&spec.path, format, &spec.schema, Position::default())?;
+        FileSource::open_with(
+            &spec.path,
+            format,
+            &spec.schema,
+            Position::default(),
+            &self.source_options(),
+        )?;
         Ok(Parts {
+            options: self.source_options(),
             spec,
             format,
             key_of,
@@ -333,6 +346,7 @@ where
 
 /// What [`Pipeline::take_parts`] checked.
 struct Parts<I> {
+    options: SourceOptions,
     spec: SourceSpec<I>,
     format: Format,
     key_of: KeyFn<I>,
@@ -350,7 +364,13 @@ fn open_source<I>(
 ) -> Result<FileSource> {
     let spec = &parts.spec;
     let position = restored.map_or(Position::default(), |m| m.source.position);
-    let mut source = FileSource::open(&spec.path, parts.format, &spec.schema, position)?;
+    let mut source = FileSource::open_with(
+        &spec.path,
+        parts.format,
+        &spec.schema,
+        position,
+        &parts.options,
+    )?;
     if let Some(m) = restored {
         source.verify(&m.source.input).map_err(|reason| {
             RuntimeError::checkpoint(
