@@ -48,6 +48,14 @@ pub enum StateError {
         stored: String,
         declared: String,
     },
+    /// The store was closed ([`crate::StateStore::close`]).
+    #[error("the state store in {0} is closed")]
+    Closed(PathBuf),
+    /// The store's directory is open in another store or process.
+    #[error(
+        "the state directory {0} is open in another store or process (RocksDB holds its LOCK)"
+    )]
+    InUse(PathBuf),
     /// An invalid store configuration (capacity, parallelism, names).
     #[error("invalid state store configuration: {0}")]
     Config(String),

@@ -29,6 +29,7 @@ pub fn key_group_of(key: &[u8], max_parallelism: u32) -> u16 {
 
 /// A contiguous, inclusive range of key groups owned by one operator instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KeyGroupRange {
     /// First key group of the range.
     pub start: u16,

@@ -166,7 +166,13 @@ pub(crate) fn open(
         }
     }
     cfs.push(ColumnFamilyDescriptor::new("default", Options::default()));
-    Ok(DB::open_cf_descriptors(&db_opts, path, cfs)?)
+    DB::open_cf_descriptors(&db_opts, path, cfs).map_err(|e| {
+        if e.to_string().contains("LOCK") {
+            StateError::InUse(path.to_owned())
+        } else {
+            StateError::L2(e)
+        }
+    })
 }
 
 /// Bytes RocksDB holds for column family `name`: live SST files plus memtables.

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 /// One file of a store's snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SnapshotFile {
     /// The file's name inside the RocksDB directory.
     pub name: String,
@@ -35,6 +36,7 @@ pub struct SnapshotFile {
 
 /// The files that make up one store's snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SnapshotManifest {
     /// Every file, shared SSTs and private metadata alike.
     pub files: Vec<SnapshotFile>,
@@ -66,9 +68,14 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
         }),
         Err(_) => {
             let tmp = to.with_extension("partial");
-            // A failed copy is named by the file it was writing (a full
-            // disk is the destination's).
-            fs::copy(from, &tmp).map_err(io_err(&tmp))?;
+            // A failed copy is named by the file it could not read, or the
+            // one it was writing (a full disk is the destination's), and
+            // leaves no partial file behind.
+            if let Err(e) = fs::copy(from, &tmp) {
+                let _ = fs::remove_file(&tmp);
+                let blamed = if from.exists() { &tmp } else { from };
+                return Err(io_err(blamed)(e));
+            }
             fs::File::open(&tmp)
                 .and_then(|f| f.sync_all())
                 .map_err(io_err(&tmp))?;

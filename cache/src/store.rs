@@ -280,6 +280,10 @@ pub(crate) struct StoreInner {
     prefetched: Mutex<std::collections::HashMap<Vec<u8>, Found>>,
     path: PathBuf,
     pub(crate) max_list_bytes: u64,
+    /// Set by [`StateStore::close`].
+    closed: AtomicBool,
+    /// Whether dropping the last handle flushes (see [`StoreBuilder::flush_on_drop`]).
+    flush_on_drop: bool,
 }
 
 /// The default per-key list limit (see [`StoreBuilder::max_list_bytes`]).
@@ -324,6 +328,7 @@ pub struct StoreBuilder {
     cold: Option<Arc<dyn ColdTier>>,
     l2_capacity: Option<u64>,
     max_list_bytes: u64,
+    flush_on_drop: bool,
 }
 
 impl StoreBuilder {
@@ -371,6 +376,15 @@ impl StoreBuilder {
     /// [`StateError::ListTooLarge`] naming the key.
     pub fn max_list_bytes(mut self, bytes: u64) -> Self {
         self.max_list_bytes = bytes;
+        self
+    }
+
+    /// Whether dropping the last handle flushes dirty L1 entries to L2
+    /// (default true; a failure is printed). A store whose L2 is never read
+    /// again — the strata runtime's live stores, restored from checkpoints
+    /// only — turns it off.
+    pub fn flush_on_drop(mut self, flush: bool) -> Self {
+        self.flush_on_drop = flush;
         self
     }
 
@@ -483,6 +497,8 @@ impl StoreBuilder {
                 prefetched: Mutex::default(),
                 path: self.path,
                 max_list_bytes: self.max_list_bytes,
+                closed: AtomicBool::new(false),
+                flush_on_drop: self.flush_on_drop,
             }),
         };
         store.check_max_parallelism()?;
@@ -505,6 +521,7 @@ impl StateStore {
             cold: None,
             l2_capacity: None,
             max_list_bytes: DEFAULT_MAX_LIST_BYTES,
+            flush_on_drop: true,
         }
     }
 
@@ -659,13 +676,17 @@ impl StateStore {
     }
 
     /// Flushes the dirty L1 entries to L2 — for entries never flushed, L1
-    /// holds their only copy — and gives up this handle. Call it when an
-    /// embedding program is done with a store: dropping the last handle
-    /// also flushes, but can only print a failure to stderr.
+    /// holds their only copy — and closes the store: every handle of it
+    /// (state handles included) fails with [`StateError::Closed`] from then
+    /// on, so no write can come after the flush that reported its errors.
+    /// Call it when an embedding program is done with a store: dropping the
+    /// last handle also flushes, but can only print a failure to stderr.
     ///
     /// Errors: L2 errors of the flush.
     pub fn close(self) -> Result<()> {
-        self.flush()
+        self.flush()?;
+        self.inner.closed.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Writes every dirty L1 entry to L2 in one batch (at a checkpoint barrier).
@@ -806,6 +827,9 @@ fn join_list(kind: StateKind, older: Found, appends: Found) -> Lookup {
 impl Drop for StoreInner {
     /// The last handle is gone: flush what only L1 holds, or say it is lost.
     fn drop(&mut self) {
+        if !self.flush_on_drop || self.closed.load(Ordering::Acquire) {
+            return;
+        }
         if let Err(e) = self.flush_dirty() {
             eprintln!(
                 "strata-cache: warning: dirty state of the store in {} could not be written to L2 and is lost: {e} (call StateStore::close to see such errors)",
@@ -850,6 +874,9 @@ impl StoreInner {
 
     pub(crate) fn lock_tiers(&self) -> Result<MutexGuard<'_, ()>> {
         let guard = self.tier_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return Err(StateError::Closed(self.path.clone()));
+        }
         if let Some(failure) = self.lower.spill_failure.lock().ok().and_then(|f| f.clone()) {
             return Err(StateError::Corrupt {
                 state: "(L1 eviction)".into(),

@@ -569,3 +569,30 @@ fn a_store_dropped_without_close_still_writes_what_only_l1_held() {
         .collect();
     assert_eq!(events, vec![7]);
 }
+
+#[test]
+fn a_closed_store_refuses_every_handle_and_a_store_in_use_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        StateStore::builder(dir.path())
+            .state(StateDescriptor::value("count"))
+            .open()
+    };
+    let s = open().unwrap();
+    let count = s.value_state::<u64>("count").unwrap();
+    count.update(b"alice", 3).unwrap();
+    let e = open().err().unwrap().to_string();
+    assert!(e.contains("open in another store or process"), "{e}");
+    s.close().unwrap();
+    let e = count.update(b"alice", 100).err().unwrap().to_string();
+    assert!(e.contains("is closed"), "{e}");
+    drop(count);
+    let s = open().unwrap();
+    assert_eq!(
+        s.value_state::<u64>("count")
+            .unwrap()
+            .get(b"alice")
+            .unwrap(),
+        Some(3)
+    );
+}

@@ -29,8 +29,14 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(ConnectorError::io(dir))
 }
 
+/// The hidden name of in-progress part file `seq` of `subtask`.
+fn hidden_path(dir: &Path, prefix: &str, subtask: u32, seq: u64) -> PathBuf {
+    dir.join(format!(".{prefix}-{subtask}-{seq:06}.jsonl.inprogress"))
+}
+
 /// A part file waiting for its checkpoint to complete.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PendingFile {
     /// The checkpoint whose completion makes it visible.
     pub checkpoint: u64,
@@ -40,6 +46,7 @@ pub struct PendingFile {
 
 /// The sink's part of a checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SinkState {
     /// The next part file's sequence number.
     pub next_seq: u64,
@@ -87,6 +94,7 @@ impl FileSink {
         match restored {
             Some(state) => {
                 sink.state = state;
+                sink.refuse_unknown_output()?;
                 sink.commit(u64::MAX)?;
             }
             None => sink.refuse_existing_output()?,
@@ -101,10 +109,7 @@ impl FileSink {
     }
 
     fn hidden(&self, seq: u64) -> PathBuf {
-        self.dir.join(format!(
-            ".{}-{}-{seq:06}.jsonl.inprogress",
-            self.prefix, self.subtask
-        ))
+        hidden_path(&self.dir, &self.prefix, self.subtask, seq)
     }
 
     fn own_files(&self) -> Result<Vec<(String, PathBuf)>> {
@@ -141,6 +146,32 @@ impl FileSink {
         Ok(())
     }
 
+    /// A committed part file numbered at or past the restored state's next
+    /// sequence number was not written under this state (the checkpoint
+    /// belongs to another output, or was edited): writing on would replace it.
+    fn refuse_unknown_output(&self) -> Result<()> {
+        let visible = format!("{}-{}-", self.prefix, self.subtask);
+        for (name, _) in self.own_files()? {
+            let seq = name
+                .strip_prefix(&visible)
+                .and_then(|rest| rest.strip_suffix(".jsonl"))
+                .and_then(|n| n.parse::<u64>().ok());
+            if seq.is_some_and(|seq| seq >= self.state.next_seq) {
+                return Err(ConnectorError::Io {
+                    path: self.dir.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        format!(
+                            "output directory holds {name}, which the restored checkpoint does not know (its next part file is number {}): it belongs to another run; restore with that run's checkpoints or use an empty directory",
+                            self.state.next_seq
+                        ),
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn abort_uncommitted(&self) -> Result<()> {
         for (name, path) in self.own_files()? {
             if name.starts_with('.') {
@@ -165,8 +196,9 @@ impl FileSink {
         let Some(current) = self.current.as_mut() else {
             unreachable!("a part file was just opened")
         };
+        let path = hidden_path(&self.dir, &self.prefix, self.subtask, current.seq);
         let io = |e| ConnectorError::Io {
-            path: self.dir.clone(),
+            path: path.clone(),
             source: e,
         };
         current.writer.write_all(line).map_err(io)?;

@@ -62,6 +62,7 @@ pub struct SourceOptions {
 
 /// How far a source has read: the replay point a checkpoint records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Position {
     /// Records read so far (good and bad).
     pub records: u64,

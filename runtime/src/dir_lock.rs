@@ -48,7 +48,33 @@ pub(crate) fn lock_dir(dir: &Path, role: &str) -> Result<DirLock> {
         .and_then(|_| file.rewind())
         .and_then(|_| file.write_all(me.as_bytes()))
         .map_err(RuntimeError::io(&path))?;
+    check_ancestors(dir, role)?;
     Ok(DirLock { _file: file })
+}
+
+/// Refuses a directory inside one another strata process holds (its own
+/// directories nest — `_work` in the checkpoint directory — and pass).
+fn check_ancestors(dir: &Path, role: &str) -> Result<()> {
+    let dir = dir.canonicalize().map_err(RuntimeError::io(dir))?;
+    for ancestor in dir.ancestors().skip(1) {
+        let Ok(mut file) = fs::File::open(ancestor.join("_lock")) else {
+            continue;
+        };
+        if file.try_lock().is_ok() {
+            continue;
+        }
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        if !holder.starts_with(&format!("pid {} (", std::process::id())) {
+            return Err(RuntimeError::Usage(format!(
+                "{role} {} lies inside {}, which is in use by another strata job: strata {}",
+                dir.display(),
+                ancestor.display(),
+                holder.trim()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn refusal(dir: &Path, role: &str, holder: &str) -> RuntimeError {

@@ -21,6 +21,7 @@ mod error;
 pub mod function;
 pub mod inspect;
 pub mod jobs;
+mod local_dir;
 mod metrics;
 mod pipeline;
 pub mod progress;

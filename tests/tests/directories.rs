@@ -167,3 +167,51 @@ fn the_same_directory_for_output_and_checkpoints_is_refused_as_such() {
     )));
     assert!(e.contains("already its checkpoint directory"), "{e}");
 }
+
+#[test]
+fn a_local_state_directory_that_is_not_strata_s_alone_is_refused_and_nothing_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("a.csv");
+    std::fs::write(&input, CSV).unwrap();
+    let precious = dir.path().join("precious");
+    std::fs::create_dir_all(precious.join("sub")).unwrap();
+    std::fs::write(precious.join("precious.txt"), "keep").unwrap();
+    let (out, chk) = (dir.path().join("job/out"), dir.path().join("job/chk"));
+    let cases = [
+        (precious.clone(), "precious.txt"),
+        (dir.path().join("job"), "contains the output directory"),
+        (chk.join("shared"), "only"),
+        (out.join("state"), "inside the output directory"),
+    ];
+    for (local, says) in cases {
+        let setting = format!("state.local-dir={}", local.display());
+        let e = error_line(&strata(&route_history_args(
+            &input,
+            &out,
+            Some(&chk),
+            &["-D", &setting],
+        )));
+        assert!(
+            e.contains("state.local-dir") && e.contains(says),
+            "{}: {e}",
+            local.display()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(precious.join("precious.txt")).unwrap(),
+        "keep"
+    );
+    // A directory of its own works, and only what strata wrote is removed.
+    let own = dir.path().join("own");
+    std::fs::create_dir_all(&own).unwrap();
+    let setting = format!("state.local-dir={}", own.display());
+    let o = strata(&route_history_args(
+        &input,
+        &out,
+        Some(&chk),
+        &["-D", &setting],
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(own.is_dir());
+    assert_eq!(read_output(&out).len(), 3);
+}

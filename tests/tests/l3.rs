@@ -369,6 +369,18 @@ fn a_restore_refuses_another_l3_table_and_a_table_that_lost_its_claim() {
         assert!(!o.status.success());
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
+    // With L3 off the keys moved there would simply be missing.
+    let off = strata(&route_history_args(
+        &head,
+        &out,
+        Some(&chk),
+        &["--restore", "latest"],
+    ));
+    let e = error_line(&off);
+    assert!(
+        e.contains(&format!("L3 table {ks}.state, but L3 is off")),
+        "{e}"
+    );
     let e = restore_in(&unique_keyspace("elsewhere"));
     assert!(
         e.contains(&format!("keeps its cold state in L3 table {ks}.state")),

@@ -80,7 +80,7 @@ impl CheckpointStorage {
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_prefix("chk-"))
                 .and_then(|n| n.parse().ok());
-            if let Some(id) = id {
+            if let (Some(id), true) = (id, dir.is_dir()) {
                 found.push((id, dir));
             }
         }
@@ -101,7 +101,19 @@ impl CheckpointStorage {
         let newest = completed.last().map(|(id, _)| *id);
         let mut out = Vec::new();
         for (id, path) in completed {
-            match read_metadata(&path) {
+            match read_metadata(&path).and_then(|meta| {
+                if meta.id == id {
+                    Ok(meta)
+                } else {
+                    Err(RuntimeError::checkpoint(
+                        &path,
+                        format!(
+                            "its id {} is not the {id} of its directory chk-{id}",
+                            meta.id
+                        ),
+                    ))
+                }
+            }) {
                 Ok(meta) => out.push(meta),
                 Err(e) if Some(id) == newest => return Err(e),
                 Err(_) => {}
@@ -152,15 +164,14 @@ impl CheckpointStorage {
     }
 
     /// Keeps the newest `keep` completed checkpoints; deletes the others and
-    /// the shared files only they used, and every other `chk-*` directory
-    /// older than the oldest one kept (failed checkpoints, and completed
-    /// ones whose metadata cannot be read).
+    /// the shared files only they used, every other `chk-*` directory older
+    /// than the oldest one kept (completed ones whose metadata cannot be
+    /// read), and those of failed checkpoints older than the newest (a late
+    /// upload may have written into one after it was discarded).
     pub(crate) fn retain(&self, keep: usize) -> Result<()> {
         let all = self.list()?;
-        let Some(oldest_kept) = all.len().checked_sub(keep.max(1)).map(|i| all[i].id) else {
-            return Ok(());
-        };
-        let (dropped, kept) = all.split_at(all.len() - keep.max(1));
+        let oldest_kept = all.len().checked_sub(keep.max(1)).map_or(0, |i| all[i].id);
+        let (dropped, kept) = all.split_at(all.len().saturating_sub(keep.max(1)));
         let live: HashSet<&str> = kept.iter().flat_map(Self::objects).collect();
         for meta in dropped {
             for object in
@@ -169,8 +180,11 @@ impl CheckpointStorage {
                 let _ = fs::remove_file(self.root.join(object));
             }
         }
+        let newest = all.last().map_or(0, |m| m.id);
         for (id, dir) in self.checkpoint_dirs()? {
-            if id < oldest_kept {
+            // Older than the oldest kept, or a failed one (no metadata)
+            // older than the newest: none is in flight (that is newer).
+            if id < oldest_kept || (id < newest && !dir.join("_metadata").is_file()) {
                 fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
             }
         }

@@ -30,6 +30,7 @@ use crate::config::JobConfig;
 use crate::dir_lock::lock_dir;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
+use crate::local_dir::LocalDir;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -233,12 +234,11 @@ where
         let _output_lock = lock_dir(&parts.output, "output directory")?;
         let restored = self.restore_point(&storage)?;
         let source = open_source(&parts, restored.as_ref(), &storage)?;
-        let work = self
-            .config
-            .local_dir
-            .clone()
-            .unwrap_or_else(|| storage.root().join("_work"));
-        let _work_lock = lock_dir(&work, "local state directory")?;
+        let local = LocalDir::claim(
+            self.config.local_dir.as_deref(),
+            &parts.output,
+            storage.root(),
+        )?;
         let restore_started = Instant::now();
         let cold = self.connect_l3(&storage, restored.as_ref()).await?;
         let (par, sink_par) = restored.as_ref().map_or(
@@ -253,7 +253,7 @@ where
             storage.clone(),
             restored,
             parts.output.clone(),
-            work,
+            local.path().to_owned(),
             ack_tx,
             done_rx,
             cold.as_ref().map(|c| c.tier.clone()),
@@ -323,7 +323,7 @@ where
         // directories are no longer needed once their stores are closed.
         drop(stores);
         let _ = reporter.await;
-        std::fs::remove_dir_all(&w.work).map_err(RuntimeError::io(&w.work))?;
+        local.clear()?;
         use std::sync::atomic::Ordering::Relaxed;
         Ok(JobReport {
             records_in: progress.records_in.load(Relaxed),

@@ -102,7 +102,15 @@ where
         restored: Option<&CheckpointMetadata>,
     ) -> Result<Option<Cold>> {
         if !self.config.l3.enabled() {
-            return Ok(None);
+            return match restored.and_then(|m| m.l3_table.as_ref().map(|t| (m.id, t))) {
+                None => Ok(None),
+                Some((id, table)) => Err(RuntimeError::checkpoint(
+                    storage.root(),
+                    format!(
+                        "checkpoint {id} keeps part of its state in L3 table {table}, but L3 is off: restore with the same state.l3.* settings (state.l3.contact-points, keyspace, table)"
+                    ),
+                )),
+            };
         }
         self.check_migrated_state()?;
         let lineage = lineage(storage, restored)?;

@@ -240,6 +240,7 @@ fn open_store(
         .l2_budget(w.budget.clone())
         .max_parallelism(c.max_parallelism)
         .max_list_bytes(c.max_list_bytes)
+        .flush_on_drop(false)
         .state(StateDescriptor::value(TIMERS_STATE));
     if let Some(cold) = &w.cold {
         builder = builder.cold_tier(cold.clone());
