@@ -114,7 +114,7 @@ pub fn main(cli: Cli) -> Result<()> {
             command: CheckpointsCommand::List { dir },
         } => {
             for line in crate::inspect::list_checkpoints(&dir)? {
-                println!("{line}");
+                print_line(&line)?;
             }
             Ok(())
         }
@@ -139,7 +139,7 @@ pub fn main(cli: Cli) -> Result<()> {
                     )
                 },
             )?;
-            println!("{json}");
+            print_line(&json.to_string())?;
             Ok(())
         }
     }
@@ -179,6 +179,16 @@ where
         pipeline = pipeline.checkpoint_dir(dir);
     }
     pipeline.run()
+}
+
+/// Prints one line to stdout. A reader that went away (`strata … | head`)
+/// ends the output quietly; other write errors are errors.
+fn print_line(line: &str) -> Result<()> {
+    use std::io::Write;
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(RuntimeError::io(std::path::Path::new("stdout"))),
+    }
 }
 
 /// The end-of-run summary printed to stderr (also parsed by tests and benchmarks).

@@ -32,7 +32,7 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// The process was asked to stop (SIGINT, SIGTERM).
-    #[error("interrupted by {signal}: output up to checkpoint {checkpoint} is committed; continue with --restore latest")]
+    #[error("interrupted by {signal}: {}; continue with --restore latest", committed(*checkpoint))]
     Interrupted {
         signal: &'static str,
         checkpoint: u64,
@@ -50,7 +50,7 @@ pub enum RuntimeError {
         reason: String,
     },
     /// More consecutive checkpoints failed than `checkpoint.tolerable-failures`.
-    #[error("{failures} consecutive checkpoints failed (checkpoint.tolerable-failures = {tolerable}); the last: {last}")]
+    #[error("{failures} checkpoint(s) failed in a row (checkpoint.tolerable-failures = {tolerable}); the last: {last}")]
     TooManyCheckpointFailures {
         failures: u32,
         tolerable: u32,
@@ -61,6 +61,15 @@ pub enum RuntimeError {
     /// shown alone only if no task reported one (a bug in strata).
     #[error("a task's input or output closed without an error from any task (a bug in strata: please report it)")]
     Disconnected,
+}
+
+/// What an interrupted run has committed.
+fn committed(checkpoint: u64) -> String {
+    if checkpoint == 0 {
+        "no checkpoint completed, so no output is committed (a restore starts over)".into()
+    } else {
+        format!("output up to checkpoint {checkpoint} is committed")
+    }
 }
 
 impl RuntimeError {

@@ -77,7 +77,8 @@ pub(crate) async fn report(
         bar
     });
     let started = Instant::now();
-    let mut last_log = (Instant::now(), 0u64);
+    // (when, records read in this run, input done) at the last log line.
+    let mut last_log: Option<(Instant, u64, u64)> = None;
     let mut last_in = 0;
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -93,31 +94,42 @@ pub(crate) async fn report(
         );
         let written = progress.records_out.load(Ordering::Relaxed);
         let hit = tiers.l1_hit_ratio() * 100.0;
-        match &bar {
-            Some(bar) if total > 0 => {
+        match (&bar, last_log) {
+            (Some(bar), _) if total > 0 => {
+                let first = bar.length() != Some(total);
                 bar.set_length(total);
                 bar.set_position(done);
+                if first {
+                    // A restored run starts part-way: the ETA counts from here.
+                    bar.reset_eta();
+                }
                 bar.set_message(format!(
-                    "{records} records read, {per_second}/s, {written} written, L1 hit {hit:.1}%"
+                    "{records} records read in this run, {per_second}/s, {written} written, L1 hit {hit:.1}%"
                 ));
             }
-            None if last_log.0.elapsed() >= Duration::from_secs(10) => {
-                let rate = (records - last_log.1) as f64 / last_log.0.elapsed().as_secs_f64();
-                let eta = if done > 0 && total > done {
-                    let secs =
-                        started.elapsed().as_secs_f64() * (total - done) as f64 / done as f64;
-                    format!("{secs:.0}s")
+            (Some(_), _) => {}
+            // From the first routed record on (a restored run starts part-way).
+            (None, None) if done > 0 => last_log = Some((Instant::now(), records, done)),
+            (None, None) => {}
+            (None, Some((at, read_then, done_then))) if at.elapsed() >= Duration::from_secs(10) => {
+                let secs = at.elapsed().as_secs_f64();
+                let rate = (records - read_then) as f64 / secs;
+                // The ETA extrapolates the input's progress over the last
+                // interval: right after a restore, and when the rate changes.
+                let pace = (done.saturating_sub(done_then)) as f64 / secs;
+                let eta = if pace > 0.0 && total > done {
+                    format!("{:.0}s", (total - done) as f64 / pace)
                 } else {
                     "-".into()
                 };
                 let pct = 100.0 * done as f64 / total.max(1) as f64;
                 eprintln!(
-                    "[{:>5}s] {records} records read ({pct:.1}% of the input), {rate:.0} records/s, ETA {eta}, {written} written, L1 hit {hit:.1}%",
+                    "[{:>5}s] {records} records read in this run ({pct:.1}% of the input done), {rate:.0} records/s, ETA {eta}, {written} written, L1 hit {hit:.1}%",
                     started.elapsed().as_secs()
                 );
-                last_log = (Instant::now(), records);
+                last_log = Some((Instant::now(), records, done));
             }
-            _ => {}
+            (None, Some(_)) => {}
         }
     }
 }

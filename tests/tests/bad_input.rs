@@ -171,6 +171,11 @@ fn an_invalid_configuration_value_is_named_with_its_range() {
         &["-D", "state.l1.capacity=12XB"],
     );
     let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a wrong value is a wrong invocation"
+    );
     assert!(
         !o.status.success()
             && stderr.contains("state.l1.capacity")

@@ -108,7 +108,7 @@ fn a_full_disk_fails_the_job_naming_checkpoint_task_file_and_os_error_and_a_rest
     let o = run_within(&args(&input, &out, &chk, &extra), Duration::from_secs(120));
     let e = error_line(&o);
     assert!(
-        e.contains("3 consecutive checkpoints failed")
+        e.contains("3 checkpoint(s) failed in a row")
             && e.contains("checkpoint.tolerable-failures = 2")
             && e.contains("failed in keyed-")
             && e.contains(&chk.display().to_string())
