@@ -330,6 +330,26 @@ fn a_migration_table_of_another_shape_is_a_clear_error_at_connect() {
     );
     let missing = connect("no_such_table");
     assert!(missing.contains("does not exist"), "{missing}");
+    // A sequence in the clustering key (events with equal times) is a
+    // column strata cannot fill: refused at connect, naming it.
+    cql.query(&format!(
+        "CREATE TABLE {ks}.with_seq (user_id text, event_time timestamp, seq int, payload blob, PRIMARY KEY (user_id, event_time, seq))"
+    ));
+    let extra_key = connect("with_seq");
+    assert!(
+        extra_key.contains("primary key must be (user_id, event_time)")
+            && extra_key.contains("seq (clustering)"),
+        "{extra_key}"
+    );
+    // The time column must cluster the rows, not be a plain column.
+    cql.query(&format!(
+        "CREATE TABLE {ks}.by_user (user_id text PRIMARY KEY, event_time timestamp, payload blob)"
+    ));
+    let regular = connect("by_user");
+    assert!(
+        regular.contains("must be its clustering column, is regular"),
+        "{regular}"
+    );
 }
 
 /// A store whose L2 holds one byte (every checkpoint moves every key L1

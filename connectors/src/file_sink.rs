@@ -162,8 +162,8 @@ impl FileSink {
                     source: std::io::Error::new(
                         std::io::ErrorKind::AlreadyExists,
                         format!(
-                            "output directory holds {name}, which the restored checkpoint does not know (its next part file is number {}): it belongs to another run; restore with that run's checkpoints or use an empty directory",
-                            self.state.next_seq
+                            "output directory holds {name}, written after the restored checkpoint (by a newer checkpoint, or another run; the checkpoint's next part file is number {n}): continuing would write its records again. Restore the newest checkpoint, or move this sink's part files numbered {n} and above out of the directory",
+                            n = self.state.next_seq
                         ),
                     ),
                 });

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! strata run route-history|user-history --input <file> --output <dir> [--checkpoint-dir <dir>]
-//!        [--restore latest] [--config <file.toml>] [-D key=value ...] [--metrics-addr <host:port>]
+//!        [--restore latest|ID|PATH] [--config <file.toml>] [-D key=value ...] [--metrics-addr <host:port>]
 //! strata checkpoints list <checkpoint-dir>
 //! strata state get <checkpoint-dir> <state-name> <key>
 //! ```
@@ -12,7 +12,7 @@ use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
 use crate::jobs::route_history::{self, RouteHistory};
 use crate::jobs::user_history::{self, UserHistory};
-use crate::pipeline::{JobReport, Pipeline};
+use crate::pipeline::{JobReport, Pipeline, RestoreFrom};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -49,12 +49,6 @@ enum Job {
     UserHistory,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum RestoreFrom {
-    /// The newest completed checkpoint.
-    Latest,
-}
-
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// The job to run.
@@ -68,9 +62,11 @@ struct RunArgs {
     /// Checkpoint directory [default: <output>/_checkpoints].
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
-    /// Continue from a checkpoint instead of starting fresh.
-    #[arg(long)]
-    restore: Option<RestoreFrom>,
+    /// Continue from a checkpoint instead of starting fresh: `latest`, a
+    /// checkpoint id (see `strata checkpoints list`), or a checkpoint's
+    /// directory `<checkpoint-dir>/chk-<id>`.
+    #[arg(long, value_name = "latest|ID|PATH")]
+    restore: Option<String>,
     /// A TOML configuration file.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -171,14 +167,71 @@ where
     F: KeyedProcessFunction,
     F::Out: serde::Serialize,
 {
+    let (restore, checkpoint_dir) = match &args.restore {
+        None => (None, args.checkpoint_dir),
+        Some(arg) => restore_arg(arg, args.checkpoint_dir)?,
+    };
     let mut pipeline = pipeline
         .jsonl_sink(&args.output)
-        .restore_latest(args.restore.is_some())
+        .restore(restore)
         .metrics_addr(args.metrics_addr);
-    if let Some(dir) = args.checkpoint_dir {
+    if let Some(dir) = checkpoint_dir {
         pipeline = pipeline.checkpoint_dir(dir);
     }
     pipeline.run()
+}
+
+/// `--restore latest|ID|PATH` → what to restore and the checkpoint
+/// directory (a `chk-<id>` path names its parent, which must agree with
+/// `--checkpoint-dir` if that is given too).
+fn restore_arg(
+    arg: &str,
+    checkpoint_dir: Option<PathBuf>,
+) -> Result<(Option<RestoreFrom>, Option<PathBuf>)> {
+    if arg == "latest" {
+        return Ok((Some(RestoreFrom::Latest), checkpoint_dir));
+    }
+    if let Ok(id) = arg.parse::<u64>() {
+        return Ok((Some(RestoreFrom::Checkpoint(id)), checkpoint_dir));
+    }
+    let path = PathBuf::from(arg);
+    let path = if path.file_name().is_some_and(|n| n == "_metadata") {
+        path.parent().map(PathBuf::from).unwrap_or_default()
+    } else {
+        path
+    };
+    let id = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("chk-"))
+        .and_then(|n| n.parse::<u64>().ok());
+    let (Some(id), Some(parent)) = (id, path.parent()) else {
+        return Err(RuntimeError::Usage(format!(
+            "--restore {arg}: give `latest`, a checkpoint id (e.g. 7) or a checkpoint directory (e.g. out/_checkpoints/chk-7)"
+        )));
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        parent.to_owned()
+    };
+    if let Some(dir) = &checkpoint_dir {
+        if !same_dir(dir, &parent) {
+            return Err(RuntimeError::Usage(format!(
+                "--restore {arg} lies in {}, but --checkpoint-dir is {}: give one of them, or make them agree",
+                parent.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok((Some(RestoreFrom::Checkpoint(id)), Some(parent)))
+}
+
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// Prints one line to stdout. A reader that went away (`strata … | head`)

@@ -30,4 +30,4 @@ mod task;
 pub use config::{BadInputPolicy, JobConfig};
 pub use error::{Result, RuntimeError};
 pub use function::{Context, FunctionError, KeyedProcessFunction};
-pub use pipeline::{JobReport, Pipeline};
+pub use pipeline::{JobReport, Pipeline, RestoreFrom};

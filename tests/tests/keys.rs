@@ -65,7 +65,7 @@ fn routes_whose_joined_codes_coincide_keep_separate_histories() {
     assert_eq!(v["value"].as_array().unwrap().len(), 1);
 
     let joined = strata(&["state", "get", chk, "history", "A-B-C"]);
-    assert_eq!(joined.status.code(), Some(1));
+    assert_eq!(joined.status.code(), Some(2));
     let err = String::from_utf8_lossy(&joined.stderr);
     assert!(err.contains("two fields, ORIGIN DESTINATION"), "{err}");
 }

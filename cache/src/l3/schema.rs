@@ -116,5 +116,48 @@ pub(crate) async fn check_migrated_table(session: &Session, m: &MigrationTable) 
             }
         }
     }
-    Ok(())
+    check_migrated_key(m, &columns)
+}
+
+/// The old table's primary key must be `(key column, time column)`: strata
+/// writes one row per element at (record key, event time), so a further
+/// key column (a sequence for equal times, say) is one it cannot fill.
+fn check_migrated_key(m: &MigrationTable, columns: &Columns) -> Result<()> {
+    for (setting, column, want) in [
+        ("key-column", &m.key_column, "partition_key"),
+        ("time-column", &m.time_column, "clustering"),
+    ] {
+        let kind = columns.get(&column.to_lowercase()).map(|(_, k)| k.as_str());
+        if kind != Some(want) {
+            return Err(StateError::L3(format!(
+                "migration table {}: column {column} (state.l3.migration.{setting}) must be its {} column, is {}",
+                m.table,
+                want.replace('_', " "),
+                kind.unwrap_or("absent")
+            )));
+        }
+    }
+    let mut extra: Vec<String> = columns
+        .iter()
+        .filter(|(name, (_, kind))| {
+            let expected = match kind.as_str() {
+                "partition_key" => &m.key_column,
+                "clustering" => &m.time_column,
+                _ => return false,
+            };
+            **name != expected.to_lowercase()
+        })
+        .map(|(name, (_, kind))| format!("{name} ({kind})"))
+        .collect();
+    extra.sort();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    Err(StateError::L3(format!(
+        "migration table {}: its primary key must be ({}, {}) — one row per user and event time — but it also has {}; migration mode cannot fill those columns (see docs/migration.md on events with equal times)",
+        m.table,
+        m.key_column,
+        m.time_column,
+        extra.join(", ")
+    )))
 }

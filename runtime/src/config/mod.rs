@@ -219,7 +219,8 @@ impl JobConfig {
     pub fn load(file: Option<&std::path::Path>, overrides: &[String]) -> Result<Self> {
         let mut flat: Vec<(String, toml::Value)> = Vec::new();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(RuntimeError::io(path))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| RuntimeError::Usage(format!("config file {}: {e}", path.display())))?;
             let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
                 let line = e
                     .span()

@@ -72,6 +72,17 @@ pub struct JobReport {
     pub l3: Option<L3Stats>,
 }
 
+/// Which completed checkpoint a run continues from (Flink's `-s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// The newest completed checkpoint; with none (a run killed before its
+    /// first checkpoint), the run starts over, as nothing was committed.
+    Latest,
+    /// Checkpoint `chk-<id>`. Checkpoints newer than it stay (and can be
+    /// restored later); this run numbers its own after the newest.
+    Checkpoint(u64),
+}
+
 struct SourceSpec<I> {
     path: PathBuf,
     schema: Schema,
@@ -88,7 +99,7 @@ pub struct Pipeline<F: KeyedProcessFunction> {
     timestamp_of: Option<TimestampFn<F::In>>,
     output: Option<PathBuf>,
     checkpoint_dir: Option<PathBuf>,
-    restore: bool,
+    restore: Option<RestoreFrom>,
     metrics_addr: Option<std::net::SocketAddr>,
 }
 
@@ -109,7 +120,7 @@ where
             timestamp_of: None,
             output: None,
             checkpoint_dir: None,
-            restore: false,
+            restore: None,
             metrics_addr: None,
         }
     }
@@ -154,9 +165,19 @@ where
         self
     }
 
-    /// Restore from the latest completed checkpoint instead of starting fresh.
-    pub fn restore_latest(mut self, restore: bool) -> Self {
-        self.restore = restore;
+    /// Restore from the latest completed checkpoint instead of starting
+    /// fresh (`false`: start fresh). Same as
+    /// `.restore(restore.then_some(RestoreFrom::Latest))`.
+    pub fn restore_latest(self, restore: bool) -> Self {
+        self.restore(restore.then_some(RestoreFrom::Latest))
+    }
+
+    /// Continue from checkpoint `from` of the checkpoint directory (`None`:
+    /// start fresh, refusing a directory that holds checkpoints already).
+    /// Errors at run: the checkpoint directory does not exist, or the
+    /// requested checkpoint is not a completed one (the error lists those).
+    pub fn restore(mut self, from: Option<RestoreFrom>) -> Self {
+        self.restore = from;
         self
     }
 
@@ -204,6 +225,18 @@ where
             .checkpoint_dir
             .clone()
             .unwrap_or_else(|| output.join("_checkpoints"));
+        check_directory(&output, "output directory")?;
+        check_directory(&checkpoint_dir, "checkpoint directory")?;
+        if let Some(local) = &self.config.local_dir {
+            check_directory(local, "local state directory (state.local-dir)")?;
+        }
+        if let (Some(from), false) = (self.restore, checkpoint_dir.exists()) {
+            return Err(RuntimeError::Usage(format!(
+                "cannot restore {}: checkpoint directory {} does not exist (check the path; without --restore a run starts fresh)",
+                from.describe(),
+                checkpoint_dir.display()
+            )));
+        }
         // Open the input once to check it (exists, format, columns).
         let format = Format::from_path(&spec.path)?;
         FileSource::open_with(
@@ -232,7 +265,7 @@ where
         }
         let storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
         let _output_lock = lock_dir(&parts.output, "output directory")?;
-        let restored = self.restore_point(&storage)?;
+        let restore::RestorePoint { restored, next_id } = self.restore_point(&storage)?;
         let source = open_source(&parts, restored.as_ref(), &storage)?;
         let local = LocalDir::claim(
             self.config.local_dir.as_deref(),
@@ -289,7 +322,7 @@ where
                 sinks: sink_par,
                 states: (self.factory)().states(),
             },
-            next_id: w.restored.as_ref().map_or(1, |m| m.id + 1),
+            next_id,
             trigger: trigger_tx,
             acks: ack_rx,
             completed: done_tx,
@@ -341,6 +374,37 @@ where
             tiers,
             l3: cold.map(|c| c.tier.stats()),
         })
+    }
+}
+
+/// Refuses a directory argument that is, or lies under, something other
+/// than a directory, naming the path the user gave (before anything is
+/// created, so a failed start leaves nothing behind).
+fn check_directory(path: &Path, role: &str) -> Result<()> {
+    let Some(blocker) = path.ancestors().find(|p| p.exists()) else {
+        return Ok(());
+    };
+    if blocker.is_dir() {
+        return Ok(());
+    }
+    let at = if blocker == path {
+        "it is a file".to_owned()
+    } else {
+        format!("{} is a file", blocker.display())
+    };
+    Err(RuntimeError::Usage(format!(
+        "{role} {}: {at}, not a directory",
+        path.display()
+    )))
+}
+
+impl RestoreFrom {
+    /// "the latest checkpoint" or "checkpoint N", for messages.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            RestoreFrom::Latest => "the latest checkpoint".into(),
+            RestoreFrom::Checkpoint(id) => format!("checkpoint {id}"),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the job and its configuration), the leftovers of failed or crashed
 //! checkpoints it removes, and its claim on L3.
 
-use super::Pipeline;
+use super::{Pipeline, RestoreFrom};
 use crate::checkpoint::storage::sync_dir;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
 use crate::error::{Result, RuntimeError};
@@ -144,32 +144,42 @@ where
         }))
     }
 
-    /// The checkpoint to restore (`None`: start from the beginning). What
-    /// failed or crashed checkpoints left in the directory is removed first:
-    /// no checkpoint is in flight now.
-    pub(super) fn restore_point(
-        &self,
-        storage: &CheckpointStorage,
-    ) -> Result<Option<CheckpointMetadata>> {
+    /// The checkpoint to restore (`None`: start from the beginning) and
+    /// the id of this run's first checkpoint. What failed or crashed
+    /// checkpoints left in the directory is removed first: no checkpoint is
+    /// in flight now.
+    pub(super) fn restore_point(&self, storage: &CheckpointStorage) -> Result<RestorePoint> {
         storage.sweep_incomplete()?;
-        let latest = storage.latest()?;
-        if !self.restore {
-            if let Some(m) = latest {
+        let completed = storage.list()?;
+        let next_id = completed.last().map_or(1, |m| m.id + 1);
+        let fresh = RestorePoint {
+            restored: None,
+            next_id,
+        };
+        let Some(from) = self.restore else {
+            if let Some(m) = completed.last() {
                 return Err(RuntimeError::checkpoint(
                     storage.root(),
                     format!("already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty checkpoint directory", m.id),
                 ));
             }
-            return Ok(None);
-        }
-        let Some(meta) = latest else {
-            // Killed before its first checkpoint: nothing was committed, so
-            // the run starts over (the sinks delete the uncommitted files).
-            eprintln!(
-                "strata: no completed checkpoint in {}: starting from the beginning",
-                storage.root().display()
-            );
-            return Ok(None);
+            return Ok(fresh);
+        };
+        let meta = match from {
+            RestoreFrom::Latest => match completed.last() {
+                Some(m) => m.clone(),
+                None => {
+                    // Killed before its first checkpoint: nothing was
+                    // committed, so the run starts over (the sinks delete
+                    // the uncommitted files).
+                    eprintln!(
+                        "strata: no completed checkpoint in {} (the earlier run stopped before its first): starting from the beginning",
+                        storage.root().display()
+                    );
+                    return Ok(fresh);
+                }
+            },
+            RestoreFrom::Checkpoint(id) => pick(storage, &completed, id)?,
         };
         if meta.job != self.name {
             return Err(RuntimeError::checkpoint(
@@ -186,6 +196,64 @@ where
                 format!("checkpoint {} is inconsistent: {reason}", meta.id),
             )
         })?;
-        Ok(Some(meta))
+        self.note_fixed_settings(&meta);
+        Ok(RestorePoint {
+            restored: Some(meta),
+            next_id,
+        })
     }
+
+    /// Says which settings a restore takes from the checkpoint rather than
+    /// from the configuration, when the two differ.
+    fn note_fixed_settings(&self, meta: &CheckpointMetadata) {
+        let (par, sinks) = (meta.parallelism, meta.sinks.len() as u32);
+        let (want_par, want_sinks) = (self.config.parallelism, self.config.sink_parallelism());
+        if (par, sinks) != (want_par, want_sinks) {
+            eprintln!(
+                "strata: note: checkpoint {} was taken at parallelism {par}, sink.parallelism {sinks}; this run uses the same (the configuration says {want_par} and {want_sinks}, which apply to fresh starts: changing them on restore is not supported yet)",
+                meta.id
+            );
+        }
+    }
+}
+
+/// Where a run starts.
+pub(super) struct RestorePoint {
+    /// The checkpoint it continues from (`None`: the beginning).
+    pub(super) restored: Option<CheckpointMetadata>,
+    /// The id of its first checkpoint: after the newest in the directory,
+    /// also when an older one is restored.
+    pub(super) next_id: u64,
+}
+
+/// Completed checkpoint `id`, or an error listing the completed ones. A
+/// checkpoint older than the newest is restored with a notice.
+fn pick(
+    storage: &CheckpointStorage,
+    completed: &[CheckpointMetadata],
+    id: u64,
+) -> Result<CheckpointMetadata> {
+    let Some(meta) = completed.iter().find(|m| m.id == id) else {
+        let ids: Vec<String> = completed.iter().map(|m| m.id.to_string()).collect();
+        return Err(RuntimeError::checkpoint(
+            storage.root(),
+            format!(
+                "has no completed checkpoint {id}; completed: {} (see strata checkpoints list {})",
+                if ids.is_empty() {
+                    "none".into()
+                } else {
+                    ids.join(", ")
+                },
+                storage.root().display()
+            ),
+        ));
+    };
+    if let Some(newest) = completed.last().filter(|m| m.id != id) {
+        eprintln!(
+            "strata: restoring checkpoint {id}, older than the newest ({}); the newer ones stay, and this run numbers its checkpoints from {}",
+            newest.id,
+            newest.id + 1
+        );
+    }
+    Ok(meta.clone())
 }

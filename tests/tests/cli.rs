@@ -1,0 +1,246 @@
+//! What a user sees from `strata run` when an invocation is wrong or a run
+//! is continued: the exit code (2 for a wrong invocation, 1 for a failed
+//! job), a message that names what the user gave, nothing created on disk
+//! by a start that failed, and restores of any completed checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use strata_tests::*;
+
+const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2176,LAS,PHL\n2001-01-01 00:02,5,215,ATL,SAV\n";
+
+/// Asserts a wrong invocation: exit code 2 and an error line holding every
+/// one of `says`.
+fn refused(o: &std::process::Output, says: &[&str]) -> String {
+    let e = error_line(o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    for s in says {
+        assert!(e.contains(s), "'{s}' missing from: {e}");
+    }
+    e
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_start_that_fails_its_checks_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("a.csv");
+    std::fs::write(&good, CSV).unwrap();
+    let no_column = dir.path().join("b.csv");
+    std::fs::write(&no_column, "date,delay,origin\n2001-01-01 00:01,1,LAS\n").unwrap();
+    let no_format = dir.path().join("flights.txt");
+    std::fs::write(&no_format, CSV).unwrap();
+    let out = dir.path().join("out");
+    let before = entries(dir.path());
+    let cases: [(PathBuf, &str); 3] = [
+        (dir.path().join("missing.csv"), "does not exist"),
+        (no_format, "cannot tell the format"),
+        (no_column, "distance"),
+    ];
+    for (input, says) in cases {
+        let o = strata(&route_history_args(&input, &out, None, &[]));
+        let e = error_line(&o);
+        assert!(e.contains(says), "{}: {e}", input.display());
+    }
+    let config = strata(&route_history_args(
+        &good,
+        &out,
+        None,
+        &["--config", "no-such.toml"],
+    ));
+    refused(&config, &["config file no-such.toml", "No such file"]);
+    let value = strata(&route_history_args(
+        &good,
+        &out,
+        None,
+        &["-D", "parallelism=0"],
+    ));
+    refused(&value, &["parallelism"]);
+    assert_eq!(entries(dir.path()), before, "a failed start left files");
+}
+
+#[test]
+fn a_directory_argument_that_is_a_file_is_named_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("a.csv");
+    std::fs::write(&input, CSV).unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, "not a directory").unwrap();
+    let as_output = strata(&route_history_args(&input, &file, None, &[]));
+    let e = refused(
+        &as_output,
+        &["output directory", "it is a file, not a directory"],
+    );
+    assert!(!e.contains("_checkpoints"), "{e}");
+    let under = file.join("chk");
+    let as_parent = strata(&route_history_args(
+        &input,
+        &dir.path().join("out"),
+        Some(&under),
+        &[],
+    ));
+    refused(
+        &as_parent,
+        &[
+            "checkpoint directory",
+            &format!("{} is a file", file.display()),
+        ],
+    );
+}
+
+#[test]
+fn a_restore_from_a_checkpoint_directory_that_does_not_exist_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("a.csv");
+    std::fs::write(&input, CSV).unwrap();
+    let (out, typo) = (dir.path().join("out"), dir.path().join("chk-typo"));
+    let o = strata(&route_history_args(
+        &input,
+        &out,
+        Some(&typo),
+        &["--restore", "latest"],
+    ));
+    refused(&o, &["does not exist", "chk-typo"]);
+    assert!(!typo.exists() && !out.exists(), "the refusal created files");
+}
+
+/// The completed checkpoints of `chk` and their sinks' next part-file
+/// numbers, from their `_metadata`.
+fn checkpoints(chk: &Path) -> Vec<(u64, Vec<u64>)> {
+    let mut out: Vec<(u64, Vec<u64>)> = entries(chk)
+        .iter()
+        .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
+        .filter_map(|id: u64| {
+            let text = std::fs::read_to_string(chk.join(format!("chk-{id}/_metadata"))).ok()?;
+            let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let next = meta["sinks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["next_seq"].as_u64().unwrap())
+                .collect();
+            Some((id, next))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `part-<sink>-<seq>.jsonl` → (sink, seq).
+fn part_number(name: &str) -> Option<(usize, u64)> {
+    let rest = name.strip_prefix("part-")?.strip_suffix(".jsonl")?;
+    let (sink, seq) = rest.split_once('-')?;
+    Some((sink.parse().ok()?, seq.parse().ok()?))
+}
+
+#[test]
+fn any_completed_checkpoint_can_be_restored_by_id_or_path_and_newer_output_must_go_first() {
+    let input = flights_head(200_000);
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "-D",
+            "checkpoint.interval=200ms",
+            "-D",
+            "checkpoint.retained=100",
+            "-D",
+            "parallelism=2",
+        ];
+        a.extend_from_slice(extra);
+        route_history_args(&input, &out, Some(&chk), &a)
+    };
+    let first = strata(&args(&["-D", "source.max-records-per-second=150000"]));
+    assert!(first.status.success(), "{}", error_line(&first));
+    let all = checkpoints(&chk);
+    assert!(all.len() >= 4, "too few checkpoints: {all:?}");
+    let (older, next_seq) = all[all.len() / 2].clone();
+    let newest = all.last().unwrap().0;
+
+    let unknown = strata(&args(&["--restore", "99999"]));
+    let e = error_line(&unknown);
+    assert!(
+        e.contains("no completed checkpoint 99999") && e.contains(&newest.to_string()),
+        "{e}"
+    );
+    let wrong = strata(&args(&["--restore", "yesterday"]));
+    refused(&wrong, &["--restore yesterday", "latest"]);
+
+    // The newer checkpoints' output is there: restoring the older one would
+    // write its records again, so it is refused, naming a part file.
+    let path = chk.join(format!("chk-{older}"));
+    let path = path.to_str().unwrap();
+    let refused_restore = strata(&args(&["--restore", path]));
+    let e = error_line(&refused_restore);
+    assert!(
+        e.contains("written after the restored checkpoint") && e.contains("part-"),
+        "{e}"
+    );
+    // Withdraw it, then restore the older checkpoint by its path, at
+    // another parallelism (which the checkpoint fixes, and says so).
+    let withdrawn = dir.path().join("withdrawn");
+    std::fs::create_dir(&withdrawn).unwrap();
+    for name in entries(&out) {
+        if let Some((sink, seq)) = part_number(&name) {
+            if seq >= next_seq[sink] {
+                std::fs::rename(out.join(&name), withdrawn.join(&name)).unwrap();
+            }
+        }
+    }
+    let again = strata(&args(&["--restore", path, "-D", "parallelism=1"]));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("older than the newest ({newest})")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("taken at parallelism 2"), "{stderr}");
+    assert_eq!(summary(&again.stderr)["restored_from"], older.to_string());
+    let ids: Vec<u64> = checkpoints(&chk).iter().map(|(id, _)| *id).collect();
+    assert!(ids.contains(&(newest + 1)), "{ids:?}");
+    let want = reference_from_flights(&parquet_flights(&input));
+    let got = read_output(&out);
+    assert_eq!(first_difference(&got, &want), None);
+}
+
+#[test]
+fn an_interrupt_before_the_first_checkpoint_says_nothing_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let child = Command::new(strata_bin())
+        .args(route_history_args(
+            &flights_path(),
+            &out,
+            None,
+            &[
+                "-D",
+                "checkpoint.interval=1h",
+                "-D",
+                "source.max-records-per-second=1000",
+            ],
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let e = error_line(&o);
+    assert!(
+        e.contains("interrupted by SIGINT") && e.contains("no output is committed"),
+        "{e}"
+    );
+}
