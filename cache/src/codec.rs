@@ -22,6 +22,11 @@
 use crate::error::{Result, StateError};
 use serde::{de::DeserializeOwned, Serialize};
 
+/// The version of the byte layouts above. A store records it in L2 when
+/// first opened and refuses L2 (a restored checkpoint included) written
+/// with another version.
+pub const CODEC_VERSION: u32 = 1;
+
 const TS_LEN: usize = 8;
 const LEN_LEN: usize = 4;
 

@@ -25,6 +25,29 @@
 //! # Ok::<(), strata_cache::StateError>(())
 //! ```
 //!
+//! A checkpoint is a consistent copy of L1 and L2 (L1 is flushed first);
+//! a store opened [`from_checkpoint`](StoreBuilder::from_checkpoint) works
+//! on a copy of it, so the checkpoint stays as it was:
+//!
+//! ```no_run
+//! use strata_cache::{StateDescriptor, StateStore};
+//! use std::path::Path;
+//!
+//! let store = StateStore::builder("/tmp/strata-live")
+//!     .state(StateDescriptor::value("count"))
+//!     .open()?;
+//! store.value_state::<u64>("count")?.update(b"bob", 7)?;
+//! store.checkpoint(Path::new("/tmp/strata-chk-1"), 1)?; // must not exist yet
+//! store.close()?;
+//!
+//! let restored = StateStore::builder("/tmp/strata-restored") // absent or empty
+//!     .state(StateDescriptor::value("count"))      // the same states, kinds and types
+//!     .from_checkpoint("/tmp/strata-chk-1")        // read only, never written
+//!     .open()?;
+//! assert_eq!(restored.value_state::<u64>("count")?.get(b"bob")?, Some(7));
+//! # Ok::<(), strata_cache::StateError>(())
+//! ```
+//!
 //! Modules: [`key_group`] (partitioning), [`composite_key`] (keys of
 //! several fields), [`codec`] (byte layouts),
 //! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files), [`l3`]

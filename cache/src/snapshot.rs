@@ -215,6 +215,42 @@ fn is_shared(name: &str) -> bool {
     name.ends_with(".sst") || name.ends_with(".blob")
 }
 
+/// Lays out the RocksDB checkpoint directory `from` (as
+/// [`crate::StateStore::checkpoint`] writes it) as a working copy at `to`,
+/// which must be absent or empty; `from` is only read, so it can be opened
+/// again. SST and blob files are hard links where possible, the others
+/// copies.
+///
+/// Errors: [`StateError::Config`] if `from` is not a store checkpoint or
+/// `to` holds files; [`StateError::SnapshotIo`] naming the file that could
+/// not be read or written.
+pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
+    if !from.join("CURRENT").is_file() {
+        return Err(StateError::Config(format!(
+            "{} is not a store checkpoint (it has no CURRENT file): give a directory StateStore::checkpoint wrote",
+            from.display()
+        )));
+    }
+    if fs::read_dir(to).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(StateError::Config(format!(
+            "{} is not empty: a store opened from a checkpoint needs a directory of its own",
+            to.display()
+        )));
+    }
+    fs::create_dir_all(to).map_err(io_err(to))?;
+    for entry in fs::read_dir(from).map_err(io_err(from))? {
+        let entry = entry.map_err(io_err(from))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let (src, dst) = (entry.path(), to.join(&name));
+        if is_shared(&name) {
+            link_or_copy(&src, &dst)?;
+        } else {
+            fs::copy(&src, &dst).map_err(io_err(&src))?;
+        }
+    }
+    Ok(())
+}
+
 /// Lays out the snapshot `manifest` (stored under `root`) as a RocksDB
 /// directory at `target`, replacing whatever was there. SST files are hard
 /// links where possible; metadata files are copies (RocksDB rewrites them).

@@ -329,9 +329,24 @@ pub struct StoreBuilder {
     l2_capacity: Option<u64>,
     max_list_bytes: u64,
     flush_on_drop: bool,
+    from_checkpoint: Option<PathBuf>,
 }
 
 impl StoreBuilder {
+    /// Opens a copy of `checkpoint`, a directory [`StateStore::checkpoint`]
+    /// wrote, at the builder's path (which must be absent or empty): the
+    /// checkpoint itself is only read, so it stays valid and can be opened
+    /// again. Everything fixed for the state's life is checked as on any
+    /// open (key groups, codec version, state kinds, value types) and a
+    /// mismatch is an error naming it. See the crate docs for an example.
+    ///
+    /// Errors at [`StoreBuilder::open`]: [`StateError::Config`] if
+    /// `checkpoint` is not a store checkpoint or the path is not empty.
+    pub fn from_checkpoint(mut self, checkpoint: impl Into<PathBuf>) -> Self {
+        self.from_checkpoint = Some(checkpoint.into());
+        self
+    }
+
     /// L1 capacity in bytes of keys plus encoded values (default 64 MiB).
     pub fn l1_capacity(mut self, bytes: u64) -> Self {
         self.l1_capacity = bytes;
@@ -443,6 +458,18 @@ impl StoreBuilder {
     /// if RocksDB cannot open the directory.
     pub fn open(self) -> Result<StateStore> {
         self.validate()?;
+        let Some(checkpoint) = self.from_checkpoint.clone() else {
+            return self.open_l2();
+        };
+        let path = self.path.clone();
+        crate::snapshot::copy_checkpoint(&checkpoint, &path)?;
+        // A refused copy is removed, so that a second try can use the path.
+        self.open_l2().inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&path);
+        })
+    }
+
+    fn open_l2(self) -> Result<StateStore> {
         let clock = self.clock.unwrap_or_default();
         let budget = self.budget.unwrap_or_else(|| L2Budget::new(self.l2_memory));
         std::fs::create_dir_all(&self.path).map_err(|source| StateError::SnapshotIo {
@@ -501,7 +528,7 @@ impl StoreBuilder {
                 flush_on_drop: self.flush_on_drop,
             }),
         };
-        store.check_max_parallelism()?;
+        store.check_fixed_properties()?;
         store.load_pending_eviction()?;
         Ok(store)
     }
@@ -522,6 +549,7 @@ impl StateStore {
             l2_capacity: None,
             max_list_bytes: DEFAULT_MAX_LIST_BYTES,
             flush_on_drop: true,
+            from_checkpoint: None,
         }
     }
 
@@ -605,29 +633,54 @@ impl StateStore {
         Ok(id as u16)
     }
 
-    /// Records the number of key groups in L2 on first open, and refuses to
-    /// open L2 (a restored checkpoint) written with another: its keys would
-    /// be looked up in other key groups and read as absent.
-    fn check_max_parallelism(&self) -> Result<()> {
-        const KEY: &[u8] = b"strata.max-parallelism";
-        let db = &self.inner.lower.db;
+    /// Records, on first open, the properties fixed for the state's life —
+    /// the number of key groups, the codec version, each state's kind —
+    /// in L2's default column family, and refuses to open L2 (a restored
+    /// checkpoint included) written with other ones: with other key groups
+    /// its keys would be looked up elsewhere and read as absent; with
+    /// another kind or codec its bytes would be misread. (Value types are
+    /// checked per state when a handle is first taken; see [`crate::schema`].)
+    fn check_fixed_properties(&self) -> Result<()> {
+        let path = self.inner.path.display();
         let ours = self.inner.max_parallelism;
-        match db.get(KEY)? {
-            None => Ok(db.put(KEY, ours.to_be_bytes())?),
-            Some(raw) => {
-                let theirs = raw
-                    .as_slice()
-                    .try_into()
-                    .map(u32::from_be_bytes)
-                    .unwrap_or(0);
-                if theirs == ours {
-                    return Ok(());
-                }
-                Err(StateError::Config(format!(
-                    "the state in {} was written with max parallelism {theirs} (key groups), not {ours}: open it with .max_parallelism({theirs})",
-                    self.inner.path.display()
-                )))
+        if let Some(theirs) = self.fixed(b"strata.max-parallelism", &ours.to_be_bytes())? {
+            let theirs = be_u32(&theirs);
+            return Err(StateError::Config(format!(
+                "the state in {path} was written with max parallelism {theirs} (key groups), not {ours}: open it with .max_parallelism({theirs})"
+            )));
+        }
+        let codec = crate::codec::CODEC_VERSION;
+        if let Some(theirs) = self.fixed(b"strata.codec-version", &codec.to_be_bytes())? {
+            return Err(StateError::Config(format!(
+                "the state in {path} was written in codec version {}; this strata reads version {codec}",
+                be_u32(&theirs)
+            )));
+        }
+        for s in &self.inner.lower.states {
+            let key = format!("strata.kind.{}", s.desc.name);
+            let ours = s.desc.kind.label();
+            if let Some(theirs) = self.fixed(key.as_bytes(), ours.as_bytes())? {
+                return Err(StateError::Config(format!(
+                    "state '{}' in {path} was written as a {}, but is declared as a {ours}",
+                    s.desc.name,
+                    String::from_utf8_lossy(&theirs)
+                )));
             }
+        }
+        Ok(())
+    }
+
+    /// The value L2 recorded for fixed property `key` when it differs from
+    /// `ours`; records `ours` if there is none yet.
+    fn fixed(&self, key: &[u8], ours: &[u8]) -> Result<Option<Vec<u8>>> {
+        let db = &self.inner.lower.db;
+        match db.get(key)? {
+            None => {
+                db.put(key, ours)?;
+                Ok(None)
+            }
+            Some(theirs) if theirs == ours => Ok(None),
+            Some(theirs) => Ok(Some(theirs)),
         }
     }
 
@@ -1089,4 +1142,10 @@ impl StoreInner {
         }
         Ok(it.status()?)
     }
+}
+
+/// A big-endian u32 as recorded by [`StateStore::check_fixed_properties`]
+/// (0 if it is not 4 bytes long).
+fn be_u32(raw: &[u8]) -> u32 {
+    raw.try_into().map(u32::from_be_bytes).unwrap_or(0)
 }

@@ -596,3 +596,103 @@ fn a_closed_store_refuses_every_handle_and_a_store_in_use_is_named() {
         Some(3)
     );
 }
+
+/// Every file of `dir` with its bytes.
+fn files_of(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_store_opened_from_a_checkpoint_checks_what_the_checkpoint_fixed_and_never_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (live, chk) = (dir.path().join("live"), dir.path().join("chk-1"));
+    let store = StateStore::builder(&live)
+        .state(StateDescriptor::value("count"))
+        .state(StateDescriptor::list("events"))
+        .open()
+        .unwrap();
+    store
+        .value_state::<u64>("count")
+        .unwrap()
+        .update(b"bob", 7)
+        .unwrap();
+    let events = store.list_state::<String>("events").unwrap();
+    for e in ["a", "b", "c"] {
+        events.add(b"bob", e.to_string()).unwrap();
+    }
+    store.checkpoint(&chk, 1).unwrap();
+    store.close().unwrap();
+    let before = files_of(&chk);
+    let restored = dir.path().join("restored");
+    let open = |max: u32, count: StateDescriptor| {
+        StateStore::builder(&restored)
+            .max_parallelism(max)
+            .state(count)
+            .state(StateDescriptor::list("events"))
+            .from_checkpoint(&chk)
+            .open()
+    };
+    let refusal = |r: strata_cache::Result<StateStore>| r.err().unwrap().to_string();
+    let e = refusal(open(64, StateDescriptor::value("count")));
+    assert!(e.contains("max parallelism 128"), "{e}");
+    let e = refusal(open(128, StateDescriptor::list("count")));
+    assert!(
+        e.contains("state 'count'")
+            && e.contains("written as a ValueState")
+            && e.contains("ListState"),
+        "{e}"
+    );
+    {
+        let s = open(128, StateDescriptor::value("count")).unwrap();
+        assert_eq!(
+            s.value_state::<u64>("count").unwrap().get(b"bob").unwrap(),
+            Some(7)
+        );
+        let got = s
+            .list_state::<String>("events")
+            .unwrap()
+            .get(b"bob")
+            .unwrap();
+        assert_eq!(got.iter().cloned().collect::<Vec<_>>(), ["a", "b", "c"]);
+        // Writes go to the copy, never into the checkpoint.
+        s.value_state::<u64>("count")
+            .unwrap()
+            .update(b"bob", 8)
+            .unwrap();
+        s.list_state::<String>("events")
+            .unwrap()
+            .add(b"eve", "d".into())
+            .unwrap();
+        s.compact().unwrap();
+        s.close().unwrap();
+    }
+    assert!(files_of(&chk) == before, "the checkpoint was written");
+    let e = refusal(open(128, StateDescriptor::value("count")));
+    assert!(e.contains("is not empty"), "{e}");
+
+    // A checkpoint of another codec version is refused by name.
+    {
+        let names = ["default", "count", "events"];
+        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &chk, names).unwrap();
+        db.put(b"strata.codec-version", 2u32.to_be_bytes()).unwrap();
+    }
+    std::fs::remove_dir_all(&restored).unwrap();
+    let e = refusal(open(128, StateDescriptor::value("count")));
+    assert!(e.contains("codec version 2"), "{e}");
+    assert!(!restored.exists(), "a refused copy stays behind");
+    let e = refusal(
+        StateStore::builder(dir.path().join("other"))
+            .from_checkpoint(dir.path())
+            .open(),
+    );
+    assert!(e.contains("is not a store checkpoint"), "{e}");
+}
