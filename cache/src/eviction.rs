@@ -125,9 +125,18 @@ impl StateStore {
         };
         let _tiers = inner.lock_tiers()?;
         let used = self.stats().l2_bytes;
-        let entries = if used > capacity {
-            let excess = used - (capacity as f64 * LOW_WATER) as u64;
-            inner.sweep(excess.min(MAX_PICK_BYTES))?
+        let excess = used.saturating_sub((capacity as f64 * LOW_WATER) as u64);
+        self.pick(checkpoint_id, if used > capacity { excess } else { 0 })?;
+        Ok(())
+    }
+
+    /// Picks up to `bytes` (at most [`MAX_PICK_BYTES`]) of keys for
+    /// checkpoint `checkpoint_id`, replacing an earlier pick; returns how
+    /// many. The caller holds the tier lock.
+    fn pick(&self, checkpoint_id: u64, bytes: u64) -> Result<usize> {
+        let inner = &self.inner;
+        let entries = if bytes > 0 {
+            inner.sweep(bytes.min(MAX_PICK_BYTES))?
         } else {
             Vec::new()
         };
@@ -135,8 +144,9 @@ impl StateStore {
         if entries.is_empty() {
             lower.db.delete(PENDING_KEY)?;
             *lock(&inner.eviction.pending) = None;
-            return Ok(());
+            return Ok(0);
         }
+        let picked = entries.len();
         let keys: Vec<&[u8]> = entries.iter().map(|(k, _)| k.as_slice()).collect();
         let cutoffs: Vec<Option<i64>> = (0..lower.states.len() as u16)
             .map(|state| inner.expiry_cutoff(state))
@@ -150,7 +160,44 @@ impl StateStore {
             cutoffs,
             entries,
         });
-        Ok(())
+        Ok(picked)
+    }
+
+    /// Moves every key of L2 that L1 does not hold to the cold tier, as
+    /// cold eviction does, with the version of checkpoint `checkpoint_id`
+    /// (which must be newer than every checkpoint whose keys moved before);
+    /// the runtime's own states (`__…`) stay. A pick left by a restored
+    /// checkpoint is moved first, with its own version. Returns the keys
+    /// moved. For handing a store's state over to L3 for good — e.g. from a
+    /// store just opened from a checkpoint, whose L1 is empty — not for a
+    /// store that goes on taking checkpoints.
+    ///
+    /// Errors: those of [`StateStore::checkpoint_completed`]; a store
+    /// without a cold tier or L2 capacity is [`StateError::Config`].
+    pub fn drain_to_cold(&self, checkpoint_id: u64) -> Result<usize> {
+        if self.inner.cold.is_none() || self.inner.eviction.capacity.is_none() {
+            return Err(StateError::Config(
+                "drain_to_cold needs a cold tier and an L2 capacity".into(),
+            ));
+        }
+        self.flush()?;
+        let mut moved = self.checkpoint_completed(checkpoint_id)?.moved;
+        loop {
+            let picked = {
+                let _tiers = self.inner.lock_tiers()?;
+                self.pick(checkpoint_id, MAX_PICK_BYTES)?
+            };
+            if picked == 0 {
+                return Ok(moved);
+            }
+            let round = self.checkpoint_completed(checkpoint_id)?.moved;
+            if round == 0 {
+                return Err(StateError::L3(format!(
+                    "{picked} keys picked for L3 did not move (they changed in L2 meanwhile)"
+                )));
+            }
+            moved += round;
+        }
     }
 
     /// Reads the keys a restored checkpoint had picked, with their bytes in

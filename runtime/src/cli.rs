@@ -4,7 +4,8 @@
 //! strata run route-history|user-history --input <file> --output <dir> [--checkpoint-dir <dir>]
 //!        [--restore latest|ID|PATH] [--config <file.toml>] [-D key=value ...] [--metrics-addr <host:port>]
 //! strata checkpoints list <checkpoint-dir>
-//! strata state get <checkpoint-dir> <state-name> <key>
+//! strata state get <checkpoint-dir> <state-name> <key>...
+//! strata migration write-back <job> --checkpoint-dir <dir> [--config <file.toml>] [-D key=value ...]
 //! ```
 
 use crate::config::JobConfig;
@@ -37,6 +38,33 @@ enum Command {
     State {
         #[command(subcommand)]
         command: StateCommand,
+    },
+    /// Tools for moving a Cassandra-backed job to strata and back.
+    Migration {
+        #[command(subcommand)]
+        command: MigrationCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum MigrationCommand {
+    /// The way back: write the job's state from its latest checkpoint to
+    /// L3 — a migrated list state into the old job's table, in its schema —
+    /// so that the old job can take over where strata stopped. Give the
+    /// job's own L3 settings. Afterwards the checkpoint directory can no
+    /// longer be restored.
+    WriteBack {
+        /// The job whose checkpoints these are.
+        job: Job,
+        /// The job's checkpoint directory.
+        #[arg(long)]
+        checkpoint_dir: PathBuf,
+        /// The job's TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Override a configuration key, e.g. -D state.l3.keyspace=strata (repeatable).
+        #[arg(short = 'D', value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
     },
 }
 
@@ -114,6 +142,28 @@ pub fn main(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Migration {
+            command:
+                MigrationCommand::WriteBack {
+                    job,
+                    checkpoint_dir,
+                    config,
+                    overrides,
+                },
+        } => {
+            let config = JobConfig::load(config.as_deref(), &overrides)?;
+            let (name, states) = job.states();
+            let done = crate::write_back::write_back(&checkpoint_dir, name, &states, &config)?;
+            eprintln!(
+                "strata: wrote {} keys of checkpoint {} to L3 ({} and any migration table) in {:.1} s; {} can no longer be restored",
+                done.keys,
+                done.checkpoint,
+                done.table,
+                done.elapsed.as_secs_f64(),
+                checkpoint_dir.display()
+            );
+            Ok(())
+        }
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {
@@ -137,6 +187,16 @@ pub fn main(cli: Cli) -> Result<()> {
             )?;
             print_line(&json.to_string())?;
             Ok(())
+        }
+    }
+}
+
+impl Job {
+    /// The job's name and the states it declares.
+    fn states(self) -> (&'static str, Vec<strata_cache::StateDescriptor>) {
+        match self {
+            Job::RouteHistory => ("route-history", RouteHistory::default().states()),
+            Job::UserHistory => ("user-history", UserHistory::default().states()),
         }
     }
 }

@@ -82,17 +82,17 @@ pub fn with_key_state<T>(
     read(&store, &meta)
 }
 
-fn tempdir(near: &Path) -> Result<TempDir> {
+pub(crate) fn tempdir(near: &Path) -> Result<TempDir> {
     let path = near.join(format!("_inspect-{}", std::process::id()));
     std::fs::create_dir_all(&path).map_err(RuntimeError::io(&path))?;
     Ok(TempDir(path))
 }
 
 /// A directory removed when dropped.
-struct TempDir(std::path::PathBuf);
+pub(crate) struct TempDir(std::path::PathBuf);
 
 impl TempDir {
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

@@ -26,6 +26,7 @@ mod metrics;
 mod pipeline;
 pub mod progress;
 mod task;
+pub mod write_back;
 
 pub use config::{BadInputPolicy, JobConfig};
 pub use error::{Result, RuntimeError};

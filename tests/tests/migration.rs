@@ -1,8 +1,10 @@
 //! Migration mode against the real Cassandra: an "old job" that
 //! read-modify-writes `user_events` on every record processes the first half
 //! of an event stream; strata's `user-history`, pointed at that table,
-//! processes the second half. Its results continue exactly where the old job
-//! stopped, and what it moves to L3 lands in the old table's schema.
+//! processes the next third. Its results continue exactly where the old job
+//! stopped, and what it moves to L3 lands in the old table's schema. Then
+//! the way back: `strata migration write-back` hands strata's state to the
+//! table, and the old job processes the rest, continuing exactly.
 
 use scylla::value::{CqlTimestamp, CqlValue};
 use std::collections::HashMap;
@@ -106,7 +108,9 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
     ));
     let all = events();
     let want = reference(&all);
-    let (first, second) = all.split_at(EVENTS / 2);
+    let (first, rest) = all.split_at(EVENTS / 2);
+    let (second, third) = rest.split_at(EVENTS / 3);
+    let third_start = EVENTS - third.len();
     assert_eq!(
         old_job(&cql, &table, first),
         want[..EVENTS / 2],
@@ -160,7 +164,7 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
             }
         }
     }
-    let mut expected: Vec<(String, String, u64, u64)> = want[EVENTS / 2..]
+    let mut expected: Vec<(String, String, u64, u64)> = want[EVENTS / 2..third_start]
         .iter()
         .map(|(u, t, n, b)| (u.clone(), format_ms(*t), *n, *b))
         .collect();
@@ -195,4 +199,36 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
         moved > 0,
         "no event of the second half reached the old table"
     );
+
+    // The way back: strata's warm state goes to the table, and the old job
+    // continues from it exactly.
+    let chk = out.join("_checkpoints");
+    let mut back = vec![
+        "migration".to_string(),
+        "write-back".into(),
+        "user-history".into(),
+        "--checkpoint-dir".into(),
+        chk.display().to_string(),
+    ];
+    back.extend(defines.iter().flat_map(|d| ["-D".to_string(), d.clone()]));
+    let o = strata(&back);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("keys of checkpoint"), "{err}");
+    let after = old_job(&cql, &table, third);
+    let diff = after
+        .iter()
+        .zip(&want[third_start..])
+        .position(|(g, e)| g != e);
+    assert!(
+        diff.is_none(),
+        "the old job after the write-back, first difference (got, want): {:?}",
+        diff.map(|i| (&after[i], &want[third_start + i]))
+    );
+    // strata cannot continue from the checkpoint it handed back.
+    args.extend(["--restore".into(), "latest".into()]);
+    let again = error_line(&strata(&args));
+    assert!(again.contains("written back to L3"), "{again}");
+    let twice = error_line(&strata(&back));
+    assert!(twice.contains("written back to L3"), "{twice}");
 }

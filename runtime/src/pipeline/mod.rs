@@ -20,7 +20,7 @@
 //! instance i feeding sink i mod `sink.parallelism`. Every edge is bounded
 //! (`channel.capacity` batches of `channel.batch-size` records).
 
-mod restore;
+pub(crate) mod restore;
 mod wiring;
 
 use crate::channel::edge;

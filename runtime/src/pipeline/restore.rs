@@ -5,6 +5,7 @@
 use super::{Pipeline, RestoreFrom};
 use crate::checkpoint::storage::sync_dir;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
+use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
 use serde::Serialize;
@@ -13,11 +14,11 @@ use std::sync::Arc;
 use strata_cache::l3::CassandraTier;
 
 /// L3 as a run uses it.
-pub(super) struct Cold {
+pub(crate) struct Cold {
     /// The connected, claimed tier.
-    pub(super) tier: Arc<CassandraTier>,
+    pub(crate) tier: Arc<CassandraTier>,
     /// The job's lineage there.
-    pub(super) lineage: i64,
+    pub(crate) lineage: i64,
 }
 
 /// The file of a checkpoint directory that fixes the job's L3 lineage
@@ -43,7 +44,8 @@ fn lineage(storage: &CheckpointStorage, restored: Option<&CheckpointMetadata>) -
     Ok(lineage)
 }
 
-fn write_durably(path: &Path, text: &str) -> Result<()> {
+/// Writes `text` to `path` by rename, fsyncing the file and its directory.
+pub(crate) fn write_durably(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
@@ -52,6 +54,54 @@ fn write_durably(path: &Path, text: &str) -> Result<()> {
         .map_err(RuntimeError::io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(RuntimeError::io(path))?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Connects to L3 when `config` turns it on, claims it for this run (a
+/// table another job uses, or a zombie, is refused; see
+/// `strata_cache::l3`), and pins the version of the restored checkpoint
+/// (whose picked keys a restored store moves again). A restored
+/// checkpoint whose cold state lives in another table, or in a table that
+/// no longer holds this job's claim (truncated), is refused; so is one
+/// with state in L3 when L3 is off. Blocking.
+pub(crate) fn connect_cold(
+    config: &JobConfig,
+    storage: &CheckpointStorage,
+    restored: Option<&CheckpointMetadata>,
+) -> Result<Option<Cold>> {
+    if !config.l3.enabled() {
+        return match restored.and_then(|m| m.l3_table.as_ref().map(|t| (m.id, t))) {
+            None => Ok(None),
+            Some((id, table)) => Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "checkpoint {id} keeps part of its state in L3 table {table}, but L3 is off: restore with the same state.l3.* settings (state.l3.contact-points, keyspace, table)"
+                ),
+            )),
+        };
+    }
+    let lineage = lineage(storage, restored)?;
+    let client = config.l3.client_config(lineage);
+    let table = format!("{}.{}", client.keyspace, client.table).to_lowercase();
+    let moved_to = restored.and_then(|m| m.l3_table.clone());
+    if let Some(recorded) = moved_to.as_ref().filter(|t| **t != table) {
+        return Err(RuntimeError::checkpoint(
+            storage.root(),
+            format!(
+                "the restored checkpoint keeps its cold state in L3 table {recorded}, but state.l3.keyspace/table name {table}: restore with the same L3 settings"
+            ),
+        ));
+    }
+    let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+        ^ i64::from(std::process::id());
+    let tier = CassandraTier::connect(client)?;
+    tier.claim(run, restored.map_or(0, |m| m.id), moved_to.is_some())?;
+    if let Some((id, version)) = restored.and_then(|m| Some((m.id, m.l3_version?))) {
+        tier.pin_version(id, version);
+    }
+    Ok(Some(Cold {
+        tier: Arc::new(tier),
+        lineage,
+    }))
 }
 
 impl<F> Pipeline<F>
@@ -90,58 +140,21 @@ where
         })
     }
 
-    /// Connects to L3 when the configuration turns it on, claims it for
-    /// this run (a table another job uses, or a zombie, is refused; see
-    /// `strata_cache::l3`), and pins the version of the restored checkpoint
-    /// (whose picked keys a restored store moves again). A restored
-    /// checkpoint whose cold state lives in another table, or in a table
-    /// that no longer holds this job's claim (truncated), is refused.
+    /// Connects to L3 when the configuration turns it on (see
+    /// [`connect_cold`]), after checking that migration mode names a list
+    /// state of this job.
     pub(super) async fn connect_l3(
         &self,
         storage: &CheckpointStorage,
         restored: Option<&CheckpointMetadata>,
     ) -> Result<Option<Cold>> {
-        if !self.config.l3.enabled() {
-            return match restored.and_then(|m| m.l3_table.as_ref().map(|t| (m.id, t))) {
-                None => Ok(None),
-                Some((id, table)) => Err(RuntimeError::checkpoint(
-                    storage.root(),
-                    format!(
-                        "checkpoint {id} keeps part of its state in L3 table {table}, but L3 is off: restore with the same state.l3.* settings (state.l3.contact-points, keyspace, table)"
-                    ),
-                )),
-            };
+        if self.config.l3.enabled() {
+            self.check_migrated_state()?;
         }
-        self.check_migrated_state()?;
-        let lineage = lineage(storage, restored)?;
-        let config = self.config.l3.client_config(lineage);
-        let table = format!("{}.{}", config.keyspace, config.table).to_lowercase();
-        let moved_to = restored.and_then(|m| m.l3_table.clone());
-        if let Some(recorded) = moved_to.as_ref().filter(|t| **t != table) {
-            return Err(RuntimeError::checkpoint(
-                storage.root(),
-                format!(
-                    "the restored checkpoint keeps its cold state in L3 table {recorded}, but state.l3.keyspace/table name {table}: restore with the same L3 settings"
-                ),
-            ));
-        }
-        let restored_id = restored.map_or(0, |m| m.id);
-        let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
-            ^ i64::from(std::process::id());
-        let tier = tokio::task::spawn_blocking(move || {
-            let tier = CassandraTier::connect(config)?;
-            tier.claim(run, restored_id, moved_to.is_some())?;
-            Ok::<_, strata_cache::StateError>(tier)
-        })
-        .await
-        .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))??;
-        if let Some((id, version)) = restored.and_then(|m| Some((m.id, m.l3_version?))) {
-            tier.pin_version(id, version);
-        }
-        Ok(Some(Cold {
-            tier: Arc::new(tier),
-            lineage,
-        }))
+        let (config, storage, restored) = (self.config.clone(), storage.clone(), restored.cloned());
+        tokio::task::spawn_blocking(move || connect_cold(&config, &storage, restored.as_ref()))
+            .await
+            .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))?
     }
 
     /// The checkpoint to restore (`None`: start from the beginning) and
@@ -150,6 +163,7 @@ where
     /// in flight now.
     pub(super) fn restore_point(&self, storage: &CheckpointStorage) -> Result<RestorePoint> {
         storage.sweep_incomplete()?;
+        crate::write_back::refuse_written_back(storage)?;
         let completed = storage.list()?;
         let next_id = completed.last().map_or(1, |m| m.id + 1);
         let fresh = RestorePoint {
