@@ -48,6 +48,12 @@
 //! # Ok::<(), strata_cache::StateError>(())
 //! ```
 //!
+//! Cargo feature `l3` (on by default) brings the Cassandra/ScyllaDB cold
+//! tier and with it the scylla driver, tokio, tower and metrics (135
+//! crates in the dependency tree instead of 55). For the L1/L2 store
+//! alone, depend on `strata-cache` with `default-features = false`; a
+//! [`ColdTier`] of your own still plugs in.
+//!
 //! Modules: [`key_group`] (partitioning), [`composite_key`] (keys of
 //! several fields), [`codec`] (byte layouts),
 //! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files), [`l3`]
@@ -60,6 +66,7 @@ mod error;
 mod eviction;
 pub mod key_group;
 mod l2;
+#[cfg(feature = "l3")]
 pub mod l3;
 pub mod schema;
 pub mod snapshot;
