@@ -66,13 +66,18 @@ struct Process {
 
 impl Process {
     fn spawn(args: &[String], extra: &[String], what: String) -> Result<Self, BenchError> {
-        let mut child = Command::new(std::env::current_exe()?)
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(&exe)
             .args(args)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()?;
+            .spawn()
+            .map_err(|e| {
+                // A rebuilt binary leaves "<path> (deleted)" behind.
+                format!("cannot start {what} as {}: {e}", exe.display())
+            })?;
         let stdout = child
             .stdout
             .take()
@@ -322,7 +327,7 @@ fn num(v: Option<f64>, digits: usize) -> String {
 fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
     let w = r.workload;
     let mut md = format!(
-        "# strata-bench report\n\n{} users, {} events, form {:?}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers, a checkpoint every {} events per worker; {} cores, {}.\n\n\
+        "# strata-bench report\n\n{} users, {} events, form {}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers, a checkpoint every {} events per worker; {} cores, {}.\n\n\
          ## Throughput and latency\n\n\
          | mode | events/s | ratio to rocksdb-raw | ratio to cassandra-per-record | p50 µs | p99 µs | p99.9 µs | peak RSS MB |\n|---|---|---|---|---|---|---|---|\n",
         w.users, w.events, w.form, w.zipf, w.payload, w.history_days, w.spread_days, w.threads, w.checkpoint_every, r.machine.cores, r.machine.date

@@ -278,6 +278,53 @@ fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
     progress
 }
 
+/// Progress as plain lines on stderr every [`ProgressLog::EVERY`] when
+/// stderr is not a terminal (a CI log, a file), where the progress bar
+/// draws nothing: events, share, rate over the last period, RSS.
+struct ProgressLog {
+    mode: Mode,
+    total: u64,
+    /// (seconds, events) of the last line.
+    last: (f64, u64),
+}
+
+impl ProgressLog {
+    const EVERY: f64 = 10.0;
+
+    /// The sampler's callback: silent when stderr is a terminal.
+    fn new(mode: Mode, total: u64) -> impl FnMut(&crate::timeline::Sample) {
+        use std::io::IsTerminal;
+        let mut log = (!std::io::stderr().is_terminal()).then_some(ProgressLog {
+            mode,
+            total,
+            last: (0.0, 0),
+        });
+        move |sample| {
+            if let Some(log) = log.as_mut() {
+                log.show(sample);
+            }
+        }
+    }
+
+    fn show(&mut self, s: &crate::timeline::Sample) {
+        let (secs, events) = self.last;
+        if s.secs - secs < Self::EVERY {
+            return;
+        }
+        eprintln!(
+            "strata-bench: {}: {} of {} events ({:.0} %), {:.0} events/s, RSS {} MB, {:.0} s",
+            crate::report::mode_name(self.mode),
+            s.events,
+            self.total,
+            100.0 * s.events as f64 / self.total.max(1) as f64,
+            (s.events - events) as f64 / (s.secs - secs),
+            s.rss_bytes >> 20,
+            s.secs
+        );
+        self.last = (s.secs, s.events);
+    }
+}
+
 /// Runs `mode` with one thread per worker, state under `dir`; returns the
 /// report and the workers' open backends.
 pub fn run(
@@ -299,7 +346,8 @@ pub fn run(
     let done = AtomicBool::new(false);
     let started = Instant::now();
     let (workers, timeline): (Vec<Result<Worker, BenchError>>, _) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| sample_until(&done, &gauges, started));
+        let log = ProgressLog::new(mode, w.events);
+        let sampler = s.spawn(|| sample_until(&done, &gauges, started, log));
         let handles: Vec<_> = (0..w.threads)
             .map(|t| {
                 let (cx, g, p) = (&cx, &gauges[t as usize], &progress);

@@ -60,14 +60,22 @@ impl Gauges {
     }
 }
 
-/// Takes a sample about once a second until `done`.
-pub fn sample_until(done: &AtomicBool, gauges: &[Gauges], started: Instant) -> Vec<Sample> {
+/// Takes a sample about once a second until `done`, showing each to
+/// `on_sample`.
+pub fn sample_until(
+    done: &AtomicBool,
+    gauges: &[Gauges],
+    started: Instant,
+    mut on_sample: impl FnMut(&Sample),
+) -> Vec<Sample> {
     let mut samples = vec![Gauges::sample(gauges, 0.0)];
     let mut next = Duration::from_secs(1);
     while !done.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
         if started.elapsed() >= next {
-            samples.push(Gauges::sample(gauges, started.elapsed().as_secs_f64()));
+            let sample = Gauges::sample(gauges, started.elapsed().as_secs_f64());
+            on_sample(&sample);
+            samples.push(sample);
             next += Duration::from_secs(1);
         }
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// How state is updated per event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Form {
     /// `ListState::add(event)` plus a `ValueState<u64>` count (recommended).
     ListAdd,
@@ -19,6 +20,14 @@ pub enum Form {
     /// put(user, list)`, last 100 kept) plus the count: the form a
     /// per-record design suggests.
     Naive,
+}
+
+impl std::fmt::Display for Form {
+    /// The name the command line takes (`list-add`, `naive`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = clap::ValueEnum::to_possible_value(self);
+        f.write_str(value.as_ref().map_or("?", |v| v.get_name()))
+    }
 }
 
 /// One event as stored in a user's history.

@@ -49,7 +49,12 @@ fn run_local(form: &str) -> serde_json::Value {
         "--checkpoint-every",
         "10000",
     ];
-    run_bench(&args, &["embedded", "rocksdb-raw", "memory"])
+    let report = run_bench(&args, &["embedded", "rocksdb-raw", "memory"]);
+    assert_eq!(
+        report["workload"]["form"], form,
+        "named as the CLI names it"
+    );
+    report
 }
 
 /// The figures every mode reports, for a run of `events`.
