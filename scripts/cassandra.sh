@@ -26,7 +26,6 @@
 set -euo pipefail
 
 CASSANDRA_VERSION=5.0.9          # newest 5.0.x on Maven Central when pinned
-DEP_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.6.1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DATA="${STRATA_CASSANDRA_DATA:-$ROOT/.cassandra}"
@@ -35,98 +34,32 @@ STORAGE_PORT="${STRATA_CASSANDRA_STORAGE_PORT:-7000}"
 JMX_PORT="${STRATA_CASSANDRA_JMX_PORT:-}"
 HEAP="${STRATA_CASSANDRA_HEAP:-1G}"
 WAIT="${STRATA_CASSANDRA_WAIT:-180}"
+STOP_WAIT=60
 PIDFILE="$DATA/cassandra.pid"
 LOG="$DATA/logs/system.log"
 OUT="$DATA/logs/stdout.log"
 
-say() { echo "cassandra.sh: $*"; }
-die() { echo "cassandra.sh: $*" >&2; exit 1; }
-
-usage() {
-  echo "usage: $0 start|stop|status|wipe" >&2
-  echo "  (see the header of $0 for the environment variables)" >&2
-  exit 2
-}
+NODE=cassandra
+NODE_TITLE=Cassandra
+NODE_VERSION=$CASSANDRA_VERSION
+NODE_ARTIFACT="cassandra-all $CASSANDRA_VERSION"
+NODE_HOME="${STRATA_CASSANDRA_HOME:-}"
+NODE_JAVA="${STRATA_CASSANDRA_JAVA_HOME:-}"
+NODE_MAIN=CassandraDaemon
+NODE_CONF="$DATA/conf/cassandra.yaml"
+# shellcheck source=lib/jvm-node.sh
+source "$ROOT/scripts/lib/jvm-node.sh"
 
 # ---------------------------------------------------------------- jars
 
-cache_dir() {
-  if [ -n "${STRATA_CASSANDRA_HOME:-}" ]; then
-    mkdir -p "$STRATA_CASSANDRA_HOME" && echo "$STRATA_CASSANDRA_HOME"
-  elif mkdir -p /var/cache/strata-cassandra 2>/dev/null && [ -w /var/cache/strata-cassandra ]; then
-    echo /var/cache/strata-cassandra
-  else
-    mkdir -p "$HOME/.cache/strata-cassandra" && echo "$HOME/.cache/strata-cassandra"
-  fi
-}
-
-write_pom() {
-  cat >"$1" <<EOF
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>strata.local</groupId>
-  <artifactId>cassandra-runtime</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
+pom_dependencies() {
+  cat <<EOF
     <dependency>
       <groupId>org.apache.cassandra</groupId>
       <artifactId>cassandra-all</artifactId>
       <version>$CASSANDRA_VERSION</version>
     </dependency>
-  </dependencies>
-</project>
 EOF
-}
-
-# Every jar of a classpath file exists?
-classpath_complete() {
-  [ -s "$1" ] || return 1
-  local jar
-  while IFS= read -r jar; do
-    [ -f "$jar" ] || return 1
-  done < <(tr ':' '\n' <"$1")
-}
-
-# Prints the path of a file holding the ':'-separated runtime classpath,
-# resolving it with mvn the first time.
-fetch_jars() {
-  local cache dir cp
-  cache="$(cache_dir)"
-  dir="$cache/$CASSANDRA_VERSION"
-  cp="$dir/classpath.txt"
-  if classpath_complete "$cp"; then
-    echo "$cp"; return
-  fi
-  command -v mvn >/dev/null || die "mvn not found (apt-get install maven) and no cached jars in $dir"
-  mkdir -p "$dir"
-  write_pom "$dir/pom.xml"
-  say "downloading cassandra-all $CASSANDRA_VERSION and its dependencies into $cache (once)" >&2
-  if ! mvn -B -Dstyle.color=never -f "$dir/pom.xml" -Dmaven.repo.local="$cache/m2" \
-      "$DEP_PLUGIN:build-classpath" -Dmdep.includeScope=runtime \
-      -Dmdep.outputFile="$cp.tmp" >"$dir/mvn.log" 2>&1; then
-    grep -E 'ERROR|BUILD' "$dir/mvn.log" | head -20 >&2
-    die "mvn could not resolve cassandra-all $CASSANDRA_VERSION (full output: $dir/mvn.log)"
-  fi
-  mv "$cp.tmp" "$cp"
-  classpath_complete "$cp" || die "classpath in $cp lists missing jars"
-  echo "$cp"
-}
-
-# ---------------------------------------------------------------- java
-
-java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
-
-find_java() {
-  local cand
-  for cand in "${STRATA_CASSANDRA_JAVA_HOME:-}" "${JAVA_HOME:-}" \
-              /usr/lib/jvm/java-17-openjdk-amd64 /usr/lib/jvm/*17*; do
-    [ -n "$cand" ] && [ -x "$cand/bin/java" ] || continue
-    if [ "$(java_major "$cand/bin/java")" = 17 ]; then
-      echo "$cand/bin/java"; return
-    fi
-  done
-  die "no Java 17 found (set STRATA_CASSANDRA_JAVA_HOME, or apt-get install openjdk-17-jre-headless)"
 }
 
 # ---------------------------------------------------------------- config
@@ -242,19 +175,9 @@ jvm_opts() {
 
 # ---------------------------------------------------------------- process
 
-# The pid from the pid file if that process is alive and is our node.
-live_pid() {
-  local pid
-  [ -f "$PIDFILE" ] || return 1
-  pid="$(cat "$PIDFILE")"
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  grep -qa CassandraDaemon "/proc/$pid/cmdline" || return 1
-  echo "$pid"
-}
-
 # A real CQL exchange: OPTIONS -> SUPPORTED, STARTUP -> READY, then
 # SELECT release_version FROM system.local. Prints the version.
-cql_probe() {
+node_probe() {
   python3 - "$PORT" <<'EOF'
 import socket, struct, sys
 port = int(sys.argv[1])
@@ -299,17 +222,11 @@ try:
         nrows, = struct.unpack(">i", body[pos:pos + 4]); pos += 4
         assert nrows == 1
         n, = struct.unpack(">i", body[pos:pos + 4]); pos += 4
-        print(body[pos:pos + n].decode())
+        print("release " + body[pos:pos + n].decode())
 except Exception as e:
     print("no CQL: %s" % e, file=sys.stderr)
     sys.exit(1)
 EOF
-}
-
-show_log_tail() {
-  echo "cassandra.sh: log: $LOG (stdout/stderr: $OUT); last lines:" >&2
-  tail -n 30 "$LOG" >&2 2>/dev/null || true
-  tail -n 15 "$OUT" >&2 2>/dev/null || true
 }
 
 # As root, Cassandra mlockall()s every mapped page (thread stacks, code
@@ -340,103 +257,17 @@ launch() {
   echo $! >"$PIDFILE"
 }
 
-wait_for_cql() {
-  local pid="$1" start=$SECONDS version
-  while [ $((SECONDS - start)) -lt "$WAIT" ]; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rm -f "$PIDFILE"
-      show_log_tail
-      die "Cassandra exited during start-up"
-    fi
-    if version="$(cql_probe 2>/dev/null)"; then
-      say "Cassandra $version answers CQL on 127.0.0.1:$PORT (pid $pid, $((SECONDS - start)) s)"
-      return 0
-    fi
-    sleep 1
-  done
-  show_log_tail
-  say "no CQL answer after $WAIT s: stopping it" >&2
-  stop_pid "$pid"
-  exit 1
-}
-
-stop_pid() {
-  local pid="$1" waited=0
-  kill -TERM "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 60 ]; do
-    sleep 1
-    waited=$((waited + 1))
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "still alive after 60 s: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    sleep 1
-  fi
-  rm -f "$PIDFILE"
-}
-
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
-  local pid version
-  if pid="$(live_pid)"; then
-    if version="$(cql_probe 2>/dev/null)"; then
-      say "already running: Cassandra $version on 127.0.0.1:$PORT (pid $pid)"
-      return 0
-    fi
-    say "pid $pid is running but not answering CQL yet: waiting"
-    wait_for_cql "$pid"
-    return 0
-  fi
-  rm -f "$PIDFILE"
-  if version="$(cql_probe 2>/dev/null)"; then
+  local version
+  start_existing && return 0
+  if version="$(node_probe 2>/dev/null)"; then
     die "port $PORT already answers CQL (Cassandra $version) but not a node of $DATA: stop it or set STRATA_CASSANDRA_PORT"
   fi
   command -v python3 >/dev/null || die "python3 is needed for the CQL check"
   launch
-  wait_for_cql "$(cat "$PIDFILE")"
+  wait_for_node "$(cat "$PIDFILE")"
 }
 
-cmd_stop() {
-  local pid
-  if ! pid="$(live_pid)"; then
-    rm -f "$PIDFILE"
-    say "not running"
-    return 0
-  fi
-  say "stopping pid $pid"
-  stop_pid "$pid"
-  say "stopped"
-}
-
-cmd_status() {
-  local pid version
-  if pid="$(live_pid)" && version="$(cql_probe 2>/dev/null)"; then
-    say "running: Cassandra $version on 127.0.0.1:$PORT (pid $pid, data $DATA)"
-    return 0
-  fi
-  if [ -n "${pid:-}" ]; then
-    say "not answering CQL on 127.0.0.1:$PORT (pid $pid is alive: starting or stuck; log $LOG)"
-  else
-    say "not running"
-  fi
-  return 3
-}
-
-cmd_wipe() {
-  if [ -d "$DATA" ] && [ ! -f "$DATA/conf/cassandra.yaml" ]; then
-    die "$DATA does not look like a data folder of this script: not deleting it"
-  fi
-  cmd_stop
-  rm -rf "$DATA"
-  say "deleted $DATA"
-}
-
-[ $# -eq 1 ] || usage
-case "$1" in
-  start) cmd_start ;;
-  stop) cmd_stop ;;
-  status) cmd_status ;;
-  wipe) cmd_wipe ;;
-  *) usage ;;
-esac
+node_main "$@"
