@@ -128,7 +128,7 @@ fn legend(area: &Area<'_>, series: &[Series]) -> Result<(), BenchError> {
             ))?;
             continue;
         }
-        let color = Palette99::pick(i).to_rgba();
+        let color = colour(i);
         area.draw(&PathElement::new(
             vec![(8, y), (32, y)],
             color.stroke_width(3),
@@ -218,9 +218,15 @@ fn tier_sizes(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
         ("RSS", |s| s.rss_bytes),
     ];
     let mut series = Vec::new();
-    for (name, m) in modes.iter().filter(|(_, m)| m.l1_bytes.is_some()) {
+    for (name, m) in modes {
         for (tier, bytes) in tiers {
-            if tier == "moved to L3" && m.l3_bytes.is_none() {
+            // Every mode has a resident set; only tiered ones have tiers.
+            let has = match tier {
+                "RSS" => true,
+                "moved to L3" => m.l3_bytes.is_some(),
+                _ => m.l1_bytes.is_some(),
+            };
+            if !has {
                 continue;
             }
             let points = m
@@ -310,6 +316,25 @@ fn spread(series: &[Series]) -> f64 {
     }
 }
 
+/// Colours that read on white (plotters' palettes start with a yellow).
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(0, 0, 0),
+];
+
+/// The colour of series `i`.
+fn colour(i: usize) -> RGBAColor {
+    COLOURS[i % COLOURS.len()].to_rgba()
+}
+
 /// A part of a bitmap being drawn.
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
@@ -395,11 +420,15 @@ where
     Y: Ranged<ValueType = f64>,
 {
     for (i, (_, points)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = colour(i);
         c.draw_series(LineSeries::new(
             points.iter().copied(),
             color.stroke_width(2),
         ))?;
+        // One sample draws no line: a dot shows it.
+        if let [point] = points.as_slice() {
+            c.draw_series(std::iter::once(Circle::new(*point, 4, color.filled())))?;
+        }
     }
     Ok(())
 }

@@ -292,7 +292,7 @@ impl ProgressLog {
     const EVERY: f64 = 10.0;
 
     /// The sampler's callback: silent when stderr is a terminal.
-    fn new(mode: Mode, total: u64) -> impl FnMut(&crate::timeline::Sample) {
+    fn callback(mode: Mode, total: u64) -> impl FnMut(&crate::timeline::Sample) {
         use std::io::IsTerminal;
         let mut log = (!std::io::stderr().is_terminal()).then_some(ProgressLog {
             mode,
@@ -346,7 +346,7 @@ pub fn run(
     let done = AtomicBool::new(false);
     let started = Instant::now();
     let (workers, timeline): (Vec<Result<Worker, BenchError>>, _) = std::thread::scope(|s| {
-        let log = ProgressLog::new(mode, w.events);
+        let log = ProgressLog::callback(mode, w.events);
         let sampler = s.spawn(|| sample_until(&done, &gauges, started, log));
         let handles: Vec<_> = (0..w.threads)
             .map(|t| {

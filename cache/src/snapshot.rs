@@ -225,6 +225,12 @@ fn is_shared(name: &str) -> bool {
 /// `to` holds files; [`StateError::SnapshotIo`] naming the file that could
 /// not be read or written.
 pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
+    if !from.is_dir() {
+        return Err(StateError::Config(format!(
+            "checkpoint {} does not exist or is not a directory",
+            from.display()
+        )));
+    }
     if !from.join("CURRENT").is_file() {
         return Err(StateError::Config(format!(
             "{} is not a store checkpoint (it has no CURRENT file): give a directory StateStore::checkpoint wrote",
@@ -237,7 +243,25 @@ pub fn copy_checkpoint(from: &Path, to: &Path) -> Result<()> {
             to.display()
         )));
     }
+    let absolute = |p: &Path| std::path::absolute(p).map_err(io_err(p));
+    let (abs_from, abs_to) = (absolute(from)?, absolute(to)?);
+    if abs_to.starts_with(&abs_from) || abs_from.starts_with(&abs_to) {
+        return Err(StateError::Config(format!(
+            "{} and the checkpoint {} lie one inside the other: the checkpoint must stay as it is; give a directory outside it",
+            to.display(),
+            from.display()
+        )));
+    }
+    let made = !to.exists();
     fs::create_dir_all(to).map_err(io_err(to))?;
+    copy_files(from, to).inspect_err(|_| {
+        if made {
+            let _ = fs::remove_dir_all(to);
+        }
+    })
+}
+
+fn copy_files(from: &Path, to: &Path) -> Result<()> {
     for entry in fs::read_dir(from).map_err(io_err(from))? {
         let entry = entry.map_err(io_err(from))?;
         let name = entry.file_name().to_string_lossy().into_owned();

@@ -34,6 +34,56 @@ fn hidden_path(dir: &Path, prefix: &str, subtask: u32, seq: u64) -> PathBuf {
     dir.join(format!(".{prefix}-{subtask}-{seq:06}.jsonl.inprogress"))
 }
 
+/// The committed (visible) part files in `dir` of sinks named `prefix` —
+/// of instance `subtask` only, if given — numbered `from` or above, by
+/// name. A missing directory holds none.
+///
+/// Errors: the directory cannot be read.
+pub fn committed_parts(
+    dir: &Path,
+    prefix: &str,
+    subtask: Option<u32>,
+    from: u64,
+) -> Result<Vec<String>> {
+    let entries = match fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.map_err(ConnectorError::io(dir))?,
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let name = entry
+            .map_err(ConnectorError::io(dir))?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let Some((task, seq)) = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|rest| rest.strip_suffix(".jsonl"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(t, n)| Some((t.parse::<u32>().ok()?, n.parse::<u64>().ok()?)))
+        else {
+            continue;
+        };
+        if subtask.is_none_or(|s| s == task) && seq >= from {
+            found.push(name);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The refusal of a fresh run into a directory holding committed output.
+pub fn already_holds(dir: &Path, name: &str) -> ConnectorError {
+    ConnectorError::Io {
+        path: dir.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("output directory already holds {name}: use an empty directory, or --restore latest to continue a run"),
+        ),
+    }
+}
+
 /// A part file waiting for its checkpoint to complete.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,46 +180,32 @@ impl FileSink {
     }
 
     fn refuse_existing_output(&self) -> Result<()> {
-        if let Some((name, _)) = self
-            .own_files()?
-            .into_iter()
-            .find(|(name, _)| !name.starts_with('.'))
-        {
-            return Err(ConnectorError::Io {
-                path: self.dir.clone(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    format!("output directory already holds {name}: use an empty directory, or --restore latest to continue a run"),
-                ),
-            });
+        let found = committed_parts(&self.dir, &self.prefix, Some(self.subtask), 0)?;
+        match found.first() {
+            None => Ok(()),
+            Some(name) => Err(already_holds(&self.dir, name)),
         }
-        Ok(())
     }
 
     /// A committed part file numbered at or past the restored state's next
-    /// sequence number was not written under this state (the checkpoint
-    /// belongs to another output, or was edited): writing on would replace it.
+    /// sequence number was not written under this state (a newer
+    /// checkpoint's, or another output's): writing on would replace it.
     fn refuse_unknown_output(&self) -> Result<()> {
-        let visible = format!("{}-{}-", self.prefix, self.subtask);
-        for (name, _) in self.own_files()? {
-            let seq = name
-                .strip_prefix(&visible)
-                .and_then(|rest| rest.strip_suffix(".jsonl"))
-                .and_then(|n| n.parse::<u64>().ok());
-            if seq.is_some_and(|seq| seq >= self.state.next_seq) {
-                return Err(ConnectorError::Io {
-                    path: self.dir.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::AlreadyExists,
-                        format!(
-                            "output directory holds {name}, written after the restored checkpoint (by a newer checkpoint, or another run; the checkpoint's next part file is number {n}): continuing would write its records again. Restore the newest checkpoint, or move this sink's part files numbered {n} and above out of the directory",
-                            n = self.state.next_seq
-                        ),
+        let next = self.state.next_seq;
+        let found = committed_parts(&self.dir, &self.prefix, Some(self.subtask), next)?;
+        match found.first() {
+            None => Ok(()),
+            Some(name) => Err(ConnectorError::Io {
+                path: self.dir.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!(
+                        "output directory holds {name}, written after the restored checkpoint (whose next part file of {}-{} is number {next}): restore the newest checkpoint, or move the newer part files out of the directory",
+                        self.prefix, self.subtask
                     ),
-                });
-            }
+                ),
+            }),
         }
-        Ok(())
     }
 
     fn abort_uncommitted(&self) -> Result<()> {

@@ -28,7 +28,7 @@ mod row;
 mod throttle;
 
 pub use error::{ConnectorError, RecordError, Result};
-pub use file_sink::{FileSink, PendingFile, SinkState};
+pub use file_sink::{already_holds, committed_parts, FileSink, PendingFile, SinkState};
 pub use file_source::{FileSource, Format, Position, RowResult, SourceOptions};
 pub use identity::InputIdentity;
 pub use row::{

@@ -114,9 +114,9 @@ enum CheckpointsCommand {
 
 #[derive(Debug, Subcommand)]
 enum StateCommand {
-    /// Print one key's state as JSON. A key of several fields is given as
-    /// its fields: route-history's key is `ORIGIN DESTINATION`, e.g.
-    /// `strata state get out/chk history LAS PHL`.
+    /// Print one key's state of a route-history checkpoint as JSON. The key
+    /// is given as its fields, `ORIGIN DESTINATION`, e.g.
+    /// `strata state get out/_checkpoints history LAS PHL`.
     Get {
         dir: PathBuf,
         state: String,
@@ -155,10 +155,10 @@ pub fn main(cli: Cli) -> Result<()> {
             let (name, states) = job.states();
             let done = crate::write_back::write_back(&checkpoint_dir, name, &states, &config)?;
             eprintln!(
-                "strata: wrote {} keys of checkpoint {} to L3 ({} and any migration table) in {:.1} s; {} can no longer be restored",
+                "strata: wrote {} keys of checkpoint {} to L3 ({}) in {:.1} s; {} can no longer be restored",
                 done.keys,
                 done.checkpoint,
-                done.table,
+                done.tables,
                 done.elapsed.as_secs_f64(),
                 checkpoint_dir.display()
             );
@@ -167,18 +167,19 @@ pub fn main(cli: Cli) -> Result<()> {
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {
+            let job = crate::inspect::latest(&dir)?.job;
+            if job != "route-history" {
+                return Err(RuntimeError::Usage(format!(
+                    "state get reads route-history's state only, and {} holds checkpoints of job '{job}' (read other jobs' state through strata_runtime::inspect::with_key_state)",
+                    dir.display()
+                )));
+            }
             let stored_key = route_history::key_of_fields(&key)?;
             let json = crate::inspect::with_key_state(
                 &dir,
                 &route_history::states(),
                 &stored_key,
                 |store, meta| {
-                    if meta.job != "route-history" {
-                        return Err(RuntimeError::checkpoint(
-                            &dir,
-                            format!("holds job '{}', which has no state reader", meta.job),
-                        ));
-                    }
                     let value = route_history::render_state(store, &state, &stored_key)?;
                     Ok(
                         serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}),
@@ -251,7 +252,9 @@ fn restore_arg(
     if arg == "latest" {
         return Ok((Some(RestoreFrom::Latest), checkpoint_dir));
     }
-    if let Ok(id) = arg.parse::<u64>() {
+    // `7`, or `chk-7` as `strata checkpoints list` names it: an id in the
+    // checkpoint directory.
+    if let Ok(id) = arg.strip_prefix("chk-").unwrap_or(arg).parse::<u64>() {
         return Ok((Some(RestoreFrom::Checkpoint(id)), checkpoint_dir));
     }
     let path = PathBuf::from(arg);
@@ -266,8 +269,13 @@ fn restore_arg(
         .and_then(|n| n.strip_prefix("chk-"))
         .and_then(|n| n.parse::<u64>().ok());
     let (Some(id), Some(parent)) = (id, path.parent()) else {
+        let hint = if path.join("_lock").is_file() {
+            format!(" ({arg} looks like a checkpoint or output directory: --restore latest with --checkpoint-dir, or its chk-N)")
+        } else {
+            String::new()
+        };
         return Err(RuntimeError::Usage(format!(
-            "--restore {arg}: give `latest`, a checkpoint id (e.g. 7) or a checkpoint directory (e.g. out/_checkpoints/chk-7)"
+            "--restore {arg}: give `latest`, a checkpoint id (e.g. 7) or a checkpoint directory (e.g. out/_checkpoints/chk-7){hint}"
         )));
     };
     let parent = if parent.as_os_str().is_empty() {

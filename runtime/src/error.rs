@@ -73,6 +73,25 @@ fn committed(checkpoint: u64) -> String {
 }
 
 impl RuntimeError {
+    /// Whether the error is a wrong invocation rather than a failed job: a
+    /// bad configuration value or argument, a directory that cannot be
+    /// used, an input file that is missing, of an unknown format or
+    /// without the job's columns (the CLI exits 2 for these).
+    pub fn is_usage(&self) -> bool {
+        use strata_connectors::ConnectorError as C;
+        matches!(
+            self,
+            RuntimeError::Config { .. }
+                | RuntimeError::Usage(_)
+                | RuntimeError::Connector(
+                    C::NotFound(_)
+                        | C::UnknownFormat(_)
+                        | C::MissingColumn { .. }
+                        | C::WrongType { .. }
+                )
+        )
+    }
+
     pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
         move |source| RuntimeError::Io {
             path: path.to_owned(),

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 mod dir_lock;
 mod error;
+mod fresh_dirs;
 pub mod function;
 pub mod inspect;
 pub mod jobs;

@@ -8,13 +8,12 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("strata: error: {e}");
-            // Wrong invocations (a bad configuration value, a missing
-            // config file, a directory that cannot be used) exit 2, as
-            // clap's own usage errors do; failed jobs exit 1.
-            match e {
-                strata_runtime::RuntimeError::Config { .. }
-                | strata_runtime::RuntimeError::Usage(_) => std::process::ExitCode::from(2),
-                _ => std::process::ExitCode::FAILURE,
+            // Wrong invocations exit 2, as clap's own usage errors do;
+            // failed jobs exit 1.
+            if e.is_usage() {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
             }
         }
     }

@@ -19,7 +19,6 @@ use crate::pipeline::restore::connect_cold;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use strata_cache::l3::CassandraTier;
 use strata_cache::{snapshot, StateDescriptor, StateStore};
 
 /// The file of a checkpoint directory whose state was written back.
@@ -32,8 +31,9 @@ pub struct WriteBack {
     pub checkpoint: u64,
     /// Keys written to L3 (all operator instances, all states).
     pub keys: usize,
-    /// strata's own L3 table.
-    pub table: String,
+    /// The L3 tables written: strata's own, and the old job's of a
+    /// migrated state (`a.b and c.d`).
+    pub tables: String,
     /// Wall-clock time.
     pub elapsed: Duration,
 }
@@ -60,7 +60,10 @@ pub fn write_back(
             "write-back needs the job's L3 settings (state.l3.contact-points, keyspace, migration.*): pass its --config or -D state.l3.…".into(),
         ));
     }
-    let cold = connect_cold(config, &storage, Some(&meta))?.ok_or_else(|| {
+    // The claim is for the checkpoint after the restored one, whose
+    // version the moves use: a write-back killed half-way, which moved the
+    // fence there, can be run again.
+    let cold = connect_cold(config, &storage, Some(&meta), meta.id + 1)?.ok_or_else(|| {
         RuntimeError::Usage("write-back needs L3 (state.l3.contact-points)".into())
     })?;
     let mut keys = 0;
@@ -82,11 +85,15 @@ pub fn write_back(
         keys += store.drain_to_cold(meta.id + 1)?;
         store.close()?;
     }
-    mark(&storage, &meta, &cold.tier)?;
+    let tables = std::iter::once(cold.tier.table())
+        .chain(cold.migration_table.as_deref())
+        .collect::<Vec<_>>()
+        .join(" and ");
+    mark(&storage, &meta, &tables)?;
     Ok(WriteBack {
         checkpoint: meta.id,
         keys,
-        table: cold.tier.table().to_owned(),
+        tables,
         elapsed: started.elapsed(),
     })
 }
@@ -122,16 +129,11 @@ pub(crate) fn refuse_written_back(storage: &CheckpointStorage) -> Result<()> {
     }
 }
 
-fn mark(
-    storage: &CheckpointStorage,
-    meta: &CheckpointMetadata,
-    tier: &CassandraTier,
-) -> Result<()> {
+fn mark(storage: &CheckpointStorage, meta: &CheckpointMetadata, tables: &str) -> Result<()> {
     let at = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
     let text = format!(
-        "checkpoint {} written to {} by strata migration write-back at {at}",
-        meta.id,
-        tier.table()
+        "checkpoint {} written to {tables} by strata migration write-back at {at}",
+        meta.id
     );
     crate::pipeline::restore::write_durably(&storage.root().join(MARKER), &text)
 }

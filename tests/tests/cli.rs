@@ -65,7 +65,22 @@ fn a_start_that_fails_its_checks_creates_nothing() {
         &["-D", "parallelism=0"],
     ));
     refused(&value, &["parallelism"]);
+    let same = dir.path().join("same");
+    let both = strata(&route_history_args(&good, &same, Some(&same), &[]));
+    refused(&both, &["already its checkpoint directory"]);
     assert_eq!(entries(dir.path()), before, "a failed start left files");
+    // An output that holds a finished run's part files: refused before a
+    // new checkpoint directory is made.
+    let done = strata(&route_history_args(&good, &out, None, &[]));
+    assert!(done.status.success(), "{}", error_line(&done));
+    let fresh_chk = dir.path().join("chk-new");
+    let again = strata(&route_history_args(&good, &out, Some(&fresh_chk), &[]));
+    refused(&again, &["already holds part-0-"]);
+    assert!(
+        !fresh_chk.exists(),
+        "the refusal created {}",
+        fresh_chk.display()
+    );
 }
 
 #[test]
@@ -176,40 +191,99 @@ fn any_completed_checkpoint_can_be_restored_by_id_or_path_and_newer_output_must_
     refused(&wrong, &["--restore yesterday", "latest"]);
 
     // The newer checkpoints' output is there: restoring the older one would
-    // write its records again, so it is refused, naming a part file.
+    // write its records again, so it is refused — before any sink opens —
+    // listing the part files of every sink.
+    let newer: Vec<String> = entries(&out)
+        .into_iter()
+        .filter(|n| part_number(n).is_some_and(|(sink, seq)| seq >= next_seq[sink]))
+        .collect();
+    let sinks: std::collections::BTreeSet<usize> = newer
+        .iter()
+        .filter_map(|n| Some(part_number(n)?.0))
+        .collect();
+    assert_eq!(sinks.len(), 2, "both sinks wrote after {older}: {newer:?}");
+    let before = entries(&out);
     let path = chk.join(format!("chk-{older}"));
     let path = path.to_str().unwrap();
     let refused_restore = strata(&args(&["--restore", path]));
-    let e = error_line(&refused_restore);
-    assert!(
-        e.contains("written after the restored checkpoint") && e.contains("part-"),
-        "{e}"
+    let e = refused(
+        &refused_restore,
+        &["written after checkpoint", "part-0-", "part-1-"],
     );
-    // Withdraw it, then restore the older checkpoint by its path, at
-    // another parallelism (which the checkpoint fixes, and says so).
+    assert!(e.contains(&format!("{} part file(s)", newer.len())), "{e}");
+    assert_eq!(
+        entries(&out),
+        before,
+        "a refused restore changed the output"
+    );
+    // Withdraw them, then restore the older checkpoint by its path, at
+    // another parallelism (which the checkpoint fixes, and says so), and
+    // kill that run before its first checkpoint.
     let withdrawn = dir.path().join("withdrawn");
     std::fs::create_dir(&withdrawn).unwrap();
-    for name in entries(&out) {
-        if let Some((sink, seq)) = part_number(&name) {
-            if seq >= next_seq[sink] {
-                std::fs::rename(out.join(&name), withdrawn.join(&name)).unwrap();
-            }
-        }
+    for name in &newer {
+        std::fs::rename(out.join(name), withdrawn.join(name)).unwrap();
     }
-    let again = strata(&args(&["--restore", path, "-D", "parallelism=1"]));
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(again.status.success(), "{stderr}");
+    let mut killed = Command::new(strata_bin())
+        .args(args(&[
+            "--restore",
+            path,
+            "-D",
+            "parallelism=1",
+            "-D",
+            "source.max-records-per-second=20000",
+        ]))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    killed.kill().unwrap();
+    let killed = killed.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&killed.stderr);
+    assert!(stderr.contains("taken at parallelism 2"), "{stderr}");
     assert!(
-        stderr.contains(&format!("older than the newest ({newest})")),
+        stderr.contains(&format!("newer checkpoints {}", older + 1)),
         "{stderr}"
     );
-    assert!(stderr.contains("taken at parallelism 2"), "{stderr}");
-    assert_eq!(summary(&again.stderr)["restored_from"], older.to_string());
+    // The abandoned checkpoints are gone, so `latest` continues the
+    // restored one, not a checkpoint whose output was withdrawn.
     let ids: Vec<u64> = checkpoints(&chk).iter().map(|(id, _)| *id).collect();
-    assert!(ids.contains(&(newest + 1)), "{ids:?}");
+    assert!(ids.iter().all(|id| *id <= older || *id > newest), "{ids:?}");
+    let again = strata(&args(&["--restore", "latest"]));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    let ids: Vec<u64> = checkpoints(&chk).iter().map(|(id, _)| *id).collect();
+    assert!(
+        ids.iter().any(|id| *id > newest),
+        "new ids follow the old: {ids:?}"
+    );
     let want = reference_from_flights(&parquet_flights(&input));
     let got = read_output(&out);
     assert_eq!(first_difference(&got, &want), None);
+}
+
+#[test]
+fn a_checkpoint_directory_strata_did_not_write_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("a.csv");
+    std::fs::write(&input, CSV).unwrap();
+    let foreign = dir.path().join("notes");
+    std::fs::create_dir_all(foreign.join("shared")).unwrap();
+    std::fs::create_dir_all(foreign.join("chk-7")).unwrap();
+    std::fs::write(foreign.join("shared/notes.txt"), "keep").unwrap();
+    let o = strata(&route_history_args(
+        &input,
+        &dir.path().join("out"),
+        Some(&foreign),
+        &["--restore", "chk-3"],
+    ));
+    refused(&o, &["holds files strata did not write"]);
+    assert_eq!(entries(&foreign), ["chk-7", "shared"]);
+    assert!(foreign.join("shared/notes.txt").exists());
+    assert!(
+        !dir.path().join("out").exists(),
+        "the refusal created the output"
+    );
 }
 
 #[test]

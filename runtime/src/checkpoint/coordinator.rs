@@ -17,9 +17,8 @@
 use super::{Ack, CheckpointMetadata, CheckpointStats, CheckpointStorage};
 use super::{OperatorSnapshot, SourceSnapshot, TaskSnapshot, Trigger, FORMAT_VERSION};
 use crate::error::{Result, RuntimeError};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use strata_cache::l3::{CassandraTier, SWEEP_SLICES};
+use strata_cache::l3::SWEEP_SLICES;
 use strata_cache::{StateDescriptor, TimeDomain};
 use strata_connectors::SinkState;
 use tokio::sync::{mpsc, watch};
@@ -96,7 +95,7 @@ pub(crate) struct Coordinator {
     pub(crate) acks: mpsc::Receiver<Ack>,
     pub(crate) completed: watch::Sender<u64>,
     /// L3, the job's lineage there and its `keyspace.table`, if the job has L3.
-    pub(crate) cold: Option<(Arc<CassandraTier>, i64, String)>,
+    pub(crate) cold: Option<crate::pipeline::restore::Cold>,
     /// The version of the last completed checkpoint.
     pub(crate) l3_version: i64,
     /// The L3 expiry sweep running in the background, if any.
@@ -258,7 +257,7 @@ impl Coordinator {
     /// with its cutoffs (see `strata_cache::l3::sweep`), unless the last
     /// one still runs; a failed last one fails the job.
     async fn sweep_l3(&mut self, stats: &Stats) -> Result<()> {
-        let Some(cold) = self.cold.as_ref().map(|(cold, ..)| cold.clone()) else {
+        let Some(cold) = self.cold.as_ref().map(|c| c.tier.clone()) else {
             return Ok(());
         };
         if self.sweep.as_ref().is_some_and(|s| !s.is_finished()) {
@@ -289,11 +288,12 @@ impl Coordinator {
 
     /// Gives a completing checkpoint its L3 version and pins it in L3.
     fn version(&mut self, meta: &mut CheckpointMetadata) {
-        if let Some((cold, lineage, table)) = &self.cold {
+        if let Some(cold) = &self.cold {
             self.l3_version = strata_cache::l3::next_version(self.l3_version);
-            cold.pin_version(meta.id, self.l3_version);
-            meta.l3_lineage = Some(*lineage);
-            meta.l3_table = Some(table.clone());
+            cold.tier.pin_version(meta.id, self.l3_version);
+            meta.l3_lineage = Some(cold.lineage);
+            meta.l3_table = Some(cold.tier.table().to_owned());
+            meta.l3_migration_table = cold.migration_table.clone();
             meta.l3_version = Some(self.l3_version);
         }
     }
@@ -338,6 +338,7 @@ impl Coordinator {
             is_final: f.is_final,
             l3_lineage: None,
             l3_table: None,
+            l3_migration_table: None,
             l3_version: None,
         })
     }

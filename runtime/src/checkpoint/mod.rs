@@ -152,6 +152,10 @@ pub struct CheckpointMetadata {
     /// Where the job's cold state lives, `keyspace.table` (`None` without
     /// L3): a restore refuses another table.
     pub l3_table: Option<String>,
+    /// The old job's table a migrated list state lives in (migration mode),
+    /// `keyspace.table`: a restore or a write-back refuses another.
+    #[serde(default)]
+    pub l3_migration_table: Option<String>,
     /// The version (CQL write timestamp, µs) of the L3 writes of the keys
     /// this checkpoint picked for eviction: the wall clock at completion,
     /// or two above the previous checkpoint's if that is later, so versions
@@ -268,6 +272,7 @@ impl CheckpointMetadata {
             is_final: false,
             l3_lineage: None,
             l3_table: None,
+            l3_migration_table: None,
             l3_version: None,
         }
     }

@@ -31,6 +31,27 @@ fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
 
 /// Makes the directory entries of `dir` durable (after a create, rename or
 /// hard link in it).
+/// Refuses a checkpoint directory that holds files but was not made by
+/// strata (it has no `_lock`): a start sweeps a checkpoint directory of
+/// what no checkpoint references, which must never be a user's files.
+fn refuse_foreign(root: &Path) -> Result<()> {
+    let Ok(entries) = fs::read_dir(root) else {
+        return Ok(());
+    };
+    let names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() || names.iter().any(|n| n == "_lock") {
+        return Ok(());
+    }
+    Err(RuntimeError::Usage(format!(
+        "checkpoint directory {} holds files strata did not write (e.g. {}): give an empty directory or one of strata's",
+        root.display(),
+        names[0]
+    )))
+}
+
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
@@ -41,6 +62,7 @@ impl CheckpointStorage {
     /// Storage rooted at `root` (created if absent), locked for this process:
     /// a second job on the same directory is refused.
     pub fn open(root: &Path) -> Result<Self> {
+        refuse_foreign(root)?;
         Ok(Self {
             root: root.to_owned(),
             _lock: Some(Arc::new(lock_dir(root, "checkpoint directory")?)),
@@ -50,10 +72,10 @@ impl CheckpointStorage {
     /// Opens existing storage for reading; a missing directory is an error.
     pub fn existing(root: &Path) -> Result<Self> {
         if !root.is_dir() {
-            return Err(RuntimeError::checkpoint(
-                root,
-                "no such checkpoint directory",
-            ));
+            return Err(RuntimeError::Usage(format!(
+                "{}: no such checkpoint directory",
+                root.display()
+            )));
         }
         Ok(Self {
             root: root.to_owned(),
@@ -163,6 +185,22 @@ impl CheckpointStorage {
         }
     }
 
+    /// Removes completed checkpoints `ids` (and the shared files only they
+    /// use): their `_metadata` first, fsynced, so that a crash half-way
+    /// leaves incomplete checkpoints, which the sweep removes.
+    pub(crate) fn forget(&self, ids: &[u64]) -> Result<()> {
+        for id in ids {
+            let meta = self.dir_of(*id).join("_metadata");
+            match fs::remove_file(&meta) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(RuntimeError::io(&meta)(e))
+                }
+                _ => sync_dir(&self.dir_of(*id))?,
+            }
+        }
+        self.sweep_incomplete()
+    }
+
     /// Keeps the newest `keep` completed checkpoints; deletes the others and
     /// the shared files only they used, every other `chk-*` directory older
     /// than the oldest one kept (completed ones whose metadata cannot be
@@ -173,6 +211,15 @@ impl CheckpointStorage {
         let oldest_kept = all.len().checked_sub(keep.max(1)).map_or(0, |i| all[i].id);
         let (dropped, kept) = all.split_at(all.len().saturating_sub(keep.max(1)));
         let live: HashSet<&str> = kept.iter().flat_map(Self::objects).collect();
+        // Metadata first: a crash below leaves incomplete checkpoints (swept
+        // at the next start), never a listed one whose files are gone.
+        for meta in dropped {
+            let path = self.dir_of(meta.id).join("_metadata");
+            fs::remove_file(&path).map_err(RuntimeError::io(&path))?;
+        }
+        if !dropped.is_empty() {
+            sync_dir(&self.root)?;
+        }
         for meta in dropped {
             for object in
                 Self::objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o))
@@ -206,6 +253,7 @@ impl CheckpointStorage {
                 fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
             }
         }
+        self.sweep_dead_inspections();
         let shared = self.root.join("shared");
         if let Ok(files) = fs::read_dir(&shared) {
             for f in files.flatten() {
@@ -216,6 +264,25 @@ impl CheckpointStorage {
             }
         }
         Ok(())
+    }
+}
+
+impl CheckpointStorage {
+    /// Removes `_inspect-<pid>` directories (a restored copy `strata state
+    /// get` reads) whose process is gone: killed before it could.
+    fn sweep_dead_inspections(&self) {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("_inspect-")
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
     }
 }
 

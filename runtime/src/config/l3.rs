@@ -208,6 +208,18 @@ impl L3Settings {
     }
 
     /// The client configuration, with the job's lineage.
+    /// The old job's table of migration mode as `keyspace.table`, lower
+    /// case (a table named without a keyspace is in `state.l3.keyspace`).
+    pub fn migration_table(&self) -> Option<String> {
+        let [_, table, ..] = self.migration.as_ref()?;
+        let qualified = if table.contains('.') {
+            table.clone()
+        } else {
+            format!("{}.{table}", self.keyspace)
+        };
+        Some(qualified.to_lowercase())
+    }
+
     pub fn client_config(&self, lineage: i64) -> L3Config {
         let mut c = L3Config::new(self.contact_points.clone(), lineage);
         c.keyspace = self.keyspace.clone();

@@ -29,6 +29,7 @@ use crate::checkpoint::{CheckpointMetadata, CheckpointStats, CheckpointStorage};
 use crate::config::JobConfig;
 use crate::dir_lock::lock_dir;
 use crate::error::{Result, RuntimeError};
+use crate::fresh_dirs::FreshDirs;
 use crate::function::KeyedProcessFunction;
 use crate::local_dir::LocalDir;
 use serde::Serialize;
@@ -237,6 +238,15 @@ where
                 checkpoint_dir.display()
             )));
         }
+        if self.restore.is_none() {
+            refuse_committed_output(&output)?;
+        }
+        if spec.path.is_dir() {
+            return Err(RuntimeError::Usage(format!(
+                "input {} is a directory: give a .parquet, .csv or .jsonl file",
+                spec.path.display()
+            )));
+        }
         // Open the input once to check it (exists, format, columns).
         let format = Format::from_path(&spec.path)?;
         FileSource::open_with(
@@ -260,12 +270,21 @@ where
     async fn run_async(mut self) -> Result<JobReport> {
         let started = Instant::now();
         let parts = self.take_parts()?;
+        let local_dir = self.config.local_dir.clone();
+        let fresh = FreshDirs::note(
+            [parts.output.as_path(), parts.checkpoint_dir.as_path()]
+                .into_iter()
+                .chain(local_dir.as_deref()),
+        );
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
         }
         let storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
         let _output_lock = lock_dir(&parts.output, "output directory")?;
         let restore::RestorePoint { restored, next_id } = self.restore_point(&storage)?;
+        if let Some(m) = &restored {
+            restore::refuse_newer_output(&parts.output, m)?;
+        }
         let source = open_source(&parts, restored.as_ref(), &storage)?;
         let local = LocalDir::claim(
             self.config.local_dir.as_deref(),
@@ -274,6 +293,9 @@ where
         )?;
         let restore_started = Instant::now();
         let cold = self.connect_l3(&storage, restored.as_ref()).await?;
+        if let Some(m) = &restored {
+            restore::discard_newer(&storage, m.id)?;
+        }
         let (par, sink_par) = restored.as_ref().map_or(
             (self.config.parallelism, self.config.sink_parallelism()),
             |m| (m.parallelism, m.sinks.len() as u32),
@@ -326,9 +348,7 @@ where
             trigger: trigger_tx,
             acks: ack_rx,
             completed: done_tx,
-            cold: cold
-                .as_ref()
-                .map(|c| (c.tier.clone(), c.lineage, c.tier.table().to_owned())),
+            cold: cold.clone(),
             l3_version: w
                 .restored
                 .as_ref()
@@ -337,6 +357,7 @@ where
             sweep: None,
         };
         let checkpoints = w.spawn_coordinator(coordinator);
+        fresh.keep();
         let progress = w.progress.clone();
         let reporter = tokio::spawn(crate::progress::report(
             progress.clone(),
@@ -396,6 +417,19 @@ fn check_directory(path: &Path, role: &str) -> Result<()> {
         "{role} {}: {at}, not a directory",
         path.display()
     )))
+}
+
+/// A fresh run refuses an output directory that already holds committed
+/// output (its part files would be mixed with this run's).
+fn refuse_committed_output(output: &Path) -> Result<()> {
+    for prefix in ["part", "dead-letter"] {
+        if let Some(name) = strata_connectors::committed_parts(output, prefix, None, 0)?.first() {
+            return Err(RuntimeError::Usage(
+                strata_connectors::already_holds(output, name).to_string(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl RestoreFrom {

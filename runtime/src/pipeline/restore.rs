@@ -12,13 +12,17 @@ use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 use strata_cache::l3::CassandraTier;
+use strata_connectors::committed_parts;
 
 /// L3 as a run uses it.
+#[derive(Clone)]
 pub(crate) struct Cold {
     /// The connected, claimed tier.
     pub(crate) tier: Arc<CassandraTier>,
     /// The job's lineage there.
     pub(crate) lineage: i64,
+    /// The old job's table of a migrated state, `keyspace.table`.
+    pub(crate) migration_table: Option<String>,
 }
 
 /// The file of a checkpoint directory that fixes the job's L3 lineage
@@ -62,11 +66,13 @@ pub(crate) fn write_durably(path: &Path, text: &str) -> Result<()> {
 /// (whose picked keys a restored store moves again). A restored
 /// checkpoint whose cold state lives in another table, or in a table that
 /// no longer holds this job's claim (truncated), is refused; so is one
-/// with state in L3 when L3 is off. Blocking.
+/// with state in L3 when L3 is off. The claim is for checkpoint `claim`
+/// onwards (the restored one's id for a run; see `fence`). Blocking.
 pub(crate) fn connect_cold(
     config: &JobConfig,
     storage: &CheckpointStorage,
     restored: Option<&CheckpointMetadata>,
+    claim: u64,
 ) -> Result<Option<Cold>> {
     if !config.l3.enabled() {
         return match restored.and_then(|m| m.l3_table.as_ref().map(|t| (m.id, t))) {
@@ -91,16 +97,32 @@ pub(crate) fn connect_cold(
             ),
         ));
     }
+    let migration_table = config.l3.migration_table();
+    if let Some(m) =
+        restored.filter(|m| m.l3_table.is_some() && m.l3_migration_table != migration_table)
+    {
+        let named = |t: &Option<String>| t.clone().unwrap_or_else(|| "none".into());
+        return Err(RuntimeError::checkpoint(
+            storage.root(),
+            format!(
+                "checkpoint {} keeps its migrated state in the old job's table {}, but state.l3.migration.table names {}: give the same state.l3.migration.* settings",
+                m.id,
+                named(&m.l3_migration_table),
+                named(&migration_table)
+            ),
+        ));
+    }
     let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
         ^ i64::from(std::process::id());
     let tier = CassandraTier::connect(client)?;
-    tier.claim(run, restored.map_or(0, |m| m.id), moved_to.is_some())?;
+    tier.claim(run, claim, moved_to.is_some())?;
     if let Some((id, version)) = restored.and_then(|m| Some((m.id, m.l3_version?))) {
         tier.pin_version(id, version);
     }
     Ok(Some(Cold {
         tier: Arc::new(tier),
         lineage,
+        migration_table,
     }))
 }
 
@@ -152,9 +174,12 @@ where
             self.check_migrated_state()?;
         }
         let (config, storage, restored) = (self.config.clone(), storage.clone(), restored.cloned());
-        tokio::task::spawn_blocking(move || connect_cold(&config, &storage, restored.as_ref()))
-            .await
-            .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))?
+        let claim = restored.as_ref().map_or(0, |m| m.id);
+        tokio::task::spawn_blocking(move || {
+            connect_cold(&config, &storage, restored.as_ref(), claim)
+        })
+        .await
+        .map_err(|e| RuntimeError::Function(format!("L3 connect: {e}")))?
     }
 
     /// The checkpoint to restore (`None`: start from the beginning) and
@@ -172,10 +197,11 @@ where
         };
         let Some(from) = self.restore else {
             if let Some(m) = completed.last() {
-                return Err(RuntimeError::checkpoint(
-                    storage.root(),
-                    format!("already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty checkpoint directory", m.id),
-                ));
+                return Err(RuntimeError::Usage(format!(
+                    "checkpoint directory {} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty checkpoint directory",
+                    storage.root().display(),
+                    m.id
+                )));
             }
             return Ok(fresh);
         };
@@ -249,25 +275,72 @@ fn pick(
 ) -> Result<CheckpointMetadata> {
     let Some(meta) = completed.iter().find(|m| m.id == id) else {
         let ids: Vec<String> = completed.iter().map(|m| m.id.to_string()).collect();
-        return Err(RuntimeError::checkpoint(
-            storage.root(),
-            format!(
-                "has no completed checkpoint {id}; completed: {} (see strata checkpoints list {})",
-                if ids.is_empty() {
-                    "none".into()
-                } else {
-                    ids.join(", ")
-                },
-                storage.root().display()
-            ),
-        ));
+        return Err(RuntimeError::Usage(format!(
+            "checkpoint directory {} has no completed checkpoint {id}; completed: {} (see strata checkpoints list {})",
+            storage.root().display(),
+            if ids.is_empty() {
+                "none".into()
+            } else {
+                ids.join(", ")
+            },
+            storage.root().display()
+        )));
     };
-    if let Some(newest) = completed.last().filter(|m| m.id != id) {
-        eprintln!(
-            "strata: restoring checkpoint {id}, older than the newest ({}); the newer ones stay, and this run numbers its checkpoints from {}",
-            newest.id,
-            newest.id + 1
-        );
-    }
     Ok(meta.clone())
+}
+
+/// Refuses to continue from `meta` while the output holds part files
+/// written after it (by newer checkpoints, or another run): they would be
+/// written again. Lists them, for every sink, before any sink opens.
+pub(super) fn refuse_newer_output(output: &Path, meta: &CheckpointMetadata) -> Result<()> {
+    let mut newer = Vec::new();
+    for (j, sink) in meta.sinks.iter().enumerate() {
+        newer.extend(committed_parts(
+            output,
+            "part",
+            Some(j as u32),
+            sink.next_seq,
+        )?);
+    }
+    let dead_letters = meta.source.dead_letter.next_seq;
+    newer.extend(committed_parts(
+        output,
+        "dead-letter",
+        Some(0),
+        dead_letters,
+    )?);
+    if newer.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = newer.iter().take(6).map(String::as_str).collect();
+    Err(RuntimeError::Usage(format!(
+        "output directory {} holds {} part file(s) written after checkpoint {} ({}{}): continuing from it would write their records again. Restore the newest checkpoint, or move these files out of the directory first",
+        output.display(),
+        newer.len(),
+        meta.id,
+        shown.join(", "),
+        if newer.len() > shown.len() { ", …" } else { "" }
+    )))
+}
+
+/// Removes the completed checkpoints newer than `restored`, once a restore
+/// of it has passed every check: a branch cannot go on without the output
+/// it committed, and `latest` must never pick one up again.
+pub(super) fn discard_newer(storage: &CheckpointStorage, restored: u64) -> Result<()> {
+    let newer: Vec<u64> = storage
+        .list()?
+        .into_iter()
+        .map(|m| m.id)
+        .filter(|id| *id > restored)
+        .collect();
+    if newer.is_empty() {
+        return Ok(());
+    }
+    storage.forget(&newer)?;
+    let ids: Vec<String> = newer.iter().map(u64::to_string).collect();
+    eprintln!(
+        "strata: restoring checkpoint {restored}: the newer checkpoints {} are removed (their output was moved away; a run cannot go on from them)",
+        ids.join(", ")
+    );
+    Ok(())
 }
