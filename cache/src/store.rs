@@ -126,7 +126,7 @@ impl Slot {
 
 pub(crate) struct StateMeta {
     pub(crate) desc: StateDescriptor,
-    encoder: OnceLock<(TypeId, EncodeFn)>,
+    encoder: OnceLock<(TypeId, &'static str, EncodeFn)>,
     /// `None` bytes an old value may need to decode (see [`crate::schema`]).
     pub(crate) pad: OnceLock<usize>,
 }
@@ -230,7 +230,7 @@ pub(crate) struct Lower {
 impl Lower {
     fn encode_slot(&self, slot: &Slot) -> Result<Vec<u8>> {
         let meta = &self.states[usize::from(slot.state)];
-        let (_, encode) = meta
+        let (_, _, encode) = meta
             .encoder
             .get()
             .ok_or_else(|| StateError::UnknownState(meta.desc.name.clone()))?;
@@ -622,12 +622,15 @@ impl StateStore {
         if meta.encoder.get().is_none() {
             self.check_schema(meta, &schema()?)?;
         }
-        let (type_id, _) = meta.encoder.get_or_init(|| (TypeId::of::<T>(), encode));
+        let requested = std::any::type_name::<T>();
+        let (type_id, used, _) = meta
+            .encoder
+            .get_or_init(|| (TypeId::of::<T>(), requested, encode));
         if *type_id != TypeId::of::<T>() {
             return Err(StateError::WrongKind {
                 name: name.to_owned(),
-                declared: "another value type",
-                requested: std::any::type_name::<T>(),
+                declared: used,
+                requested,
             });
         }
         Ok(id as u16)
@@ -754,6 +757,12 @@ impl StateStore {
     /// snapshot belongs to; [`StateStore::checkpoint_completed`] with it (or
     /// a later id) moves the picked keys to L3.
     pub fn checkpoint(&self, dir: &Path, checkpoint_id: u64) -> Result<()> {
+        if dir.exists() {
+            return Err(StateError::Config(format!(
+                "checkpoint directory {} exists already: give a new one",
+                dir.display()
+            )));
+        }
         self.flush()?;
         self.pick_cold(checkpoint_id)?;
         let db = &self.inner.lower.db;

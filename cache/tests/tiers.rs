@@ -630,6 +630,8 @@ fn a_store_opened_from_a_checkpoint_checks_what_the_checkpoint_fixed_and_never_w
         events.add(b"bob", e.to_string()).unwrap();
     }
     store.checkpoint(&chk, 1).unwrap();
+    let e = store.checkpoint(&chk, 2).unwrap_err().to_string();
+    assert!(e.contains("exists already") && e.contains("chk-1"), "{e}");
     store.close().unwrap();
     let before = files_of(&chk);
     let restored = dir.path().join("restored");

@@ -189,6 +189,11 @@ fn any_completed_checkpoint_can_be_restored_by_id_or_path_and_newer_output_must_
     );
     let wrong = strata(&args(&["--restore", "yesterday"]));
     refused(&wrong, &["--restore yesterday", "latest"]);
+    let key_groups = strata(&args(&["--restore", "latest", "-D", "max-parallelism=64"]));
+    refused(
+        &key_groups,
+        &["max-parallelism 128", "-D max-parallelism=128"],
+    );
 
     // The newer checkpoints' output is there: restoring the older one would
     // write its records again, so it is refused — before any sink opens —

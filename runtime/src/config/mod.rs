@@ -158,7 +158,7 @@ fn in_range(key: &str, n: u64, range: std::ops::RangeInclusive<u64>, shown: &str
         Err(bad(
             key,
             format!(
-                "{shown} is outside the allowed range {}..={}",
+                "{shown} is outside the allowed range {}–{}",
                 range.start(),
                 range.end()
             ),
@@ -182,23 +182,23 @@ fn size(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Res
     );
     Err(bad(
         key,
-        format!("{t} is outside the allowed range {lo}..={hi}"),
+        format!("{t} is outside the allowed range {lo}–{hi}"),
     ))
 }
 
 fn duration(key: &str, v: &toml::Value, min: Duration, max: Duration) -> Result<Duration> {
     let t = text(key, v)?;
-    let d = humantime::parse_duration(t.trim()).map_err(|e| {
+    let d = humantime::parse_duration(t.trim()).map_err(|_| {
         bad(
             key,
-            format!("'{t}' is not a duration (e.g. 2s, 500ms): {e}"),
+            format!("'{t}' is not a duration (a whole number and a unit, e.g. 2s, 500ms, 10min)"),
         )
     })?;
     if d < min || d > max {
         return Err(bad(
             key,
             format!(
-                "{t} is outside the allowed range {}..={}",
+                "{t} is outside the allowed range {}–{}",
                 humantime::format_duration(min),
                 humantime::format_duration(max)
             ),

@@ -230,6 +230,14 @@ where
                 ),
             ));
         }
+        if meta.max_parallelism != self.config.max_parallelism {
+            return Err(RuntimeError::Usage(format!(
+                "checkpoint {} was written with max-parallelism {m} (the key groups, fixed for a job's life), not {}: restore with -D max-parallelism={m}",
+                meta.id,
+                self.config.max_parallelism,
+                m = meta.max_parallelism
+            )));
+        }
         meta.validate(&self.config).map_err(|reason| {
             RuntimeError::checkpoint(
                 storage.root(),
