@@ -160,7 +160,9 @@ fn a_checkpoint_directory_that_cannot_be_written_fails_the_first_checkpoint_visi
     let dir = tempfile::tempdir().unwrap();
     let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
     std::fs::create_dir_all(&chk).unwrap();
-    // Where SST files go is a file, not a directory.
+    // A checkpoint directory strata made before (its lock file) where SST
+    // files go is a file, not a directory.
+    std::fs::write(chk.join("_lock"), "").unwrap();
     std::fs::write(chk.join("shared"), "not a directory").unwrap();
     let o = run_within(&args(&input, &out, &chk, &[]), Duration::from_secs(60));
     let e = error_line(&o);
@@ -247,9 +249,10 @@ fn leftovers_of_a_run_killed_in_its_first_checkpoint_are_cleared_not_waited_on()
     for restore in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
-        // What a SIGKILL during checkpoint 1 leaves: its private files and a
-        // shared SST, no metadata.
+        // What a SIGKILL during checkpoint 1 leaves: the directory's lock
+        // file, checkpoint 1's private files and a shared SST, no metadata.
         std::fs::create_dir_all(chk.join("chk-1/op-0")).unwrap();
+        std::fs::write(chk.join("_lock"), "pid 1 (checkpoint directory)").unwrap();
         std::fs::write(chk.join("chk-1/op-0/MANIFEST-000005"), "partial").unwrap();
         std::fs::write(chk.join("chk-1/op-0/CURRENT"), "MANIFEST-000005\n").unwrap();
         std::fs::create_dir_all(chk.join("shared")).unwrap();
