@@ -10,8 +10,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The workspace root.
+/// The workspace root: `STRATA_ROOT` when set (`scripts/env.sh` sets it
+/// for the scripts and the tests they run), else where this crate was
+/// compiled — which a target directory shared by several clones can make
+/// another clone's.
 pub fn repo_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("STRATA_ROOT") {
+        return PathBuf::from(root);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("tests/ has a parent")

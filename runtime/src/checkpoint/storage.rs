@@ -32,8 +32,9 @@ fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
 /// Makes the directory entries of `dir` durable (after a create, rename or
 /// hard link in it).
 /// Refuses a checkpoint directory that holds files but was not made by
-/// strata (it has no `_lock`): a start sweeps a checkpoint directory of
-/// what no checkpoint references, which must never be a user's files.
+/// strata — it has neither strata's `_lock` nor a completed checkpoint (a
+/// copy of one may lack the lock): a start sweeps a checkpoint directory
+/// of what no checkpoint references, which must never be a user's files.
 fn refuse_foreign(root: &Path) -> Result<()> {
     let Ok(entries) = fs::read_dir(root) else {
         return Ok(());
@@ -42,7 +43,10 @@ fn refuse_foreign(root: &Path) -> Result<()> {
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    if names.is_empty() || names.iter().any(|n| n == "_lock") {
+    let strata_made = |n: &String| {
+        n == "_lock" || (n.starts_with("chk-") && root.join(n).join("_metadata").is_file())
+    };
+    if names.is_empty() || names.iter().any(strata_made) {
         return Ok(());
     }
     Err(RuntimeError::Usage(format!(
