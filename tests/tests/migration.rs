@@ -215,6 +215,15 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("keys of checkpoint"), "{err}");
+    assert!(
+        err.contains(&table.to_lowercase()),
+        "names the old table: {err}"
+    );
+    // A write-back stopped after its moves, before marking the directory
+    // (a crash), runs again: the fence it moved does not refuse it.
+    std::fs::remove_file(chk.join("_written_back")).unwrap();
+    let o = strata(&back);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let after = old_job(&cql, &table, third);
     let diff = after
         .iter()
