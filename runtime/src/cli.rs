@@ -114,9 +114,10 @@ enum CheckpointsCommand {
 
 #[derive(Debug, Subcommand)]
 enum StateCommand {
-    /// Print one key's state of a route-history checkpoint as JSON. The key
-    /// is given as its fields, `ORIGIN DESTINATION`, e.g.
-    /// `strata state get out/_checkpoints history LAS PHL`.
+    /// Print one key's state as JSON, from the latest checkpoint. The key is
+    /// given as its fields: route-history's `ORIGIN DESTINATION` (e.g.
+    /// `strata state get out/_checkpoints history LAS PHL`), user-history's
+    /// user id (e.g. `… events alice`).
     Get {
         dir: PathBuf,
         state: String,
@@ -168,19 +169,30 @@ pub fn main(cli: Cli) -> Result<()> {
             command: StateCommand::Get { dir, state, key },
         } => {
             let job = crate::inspect::latest(&dir)?.job;
-            if job != "route-history" {
-                return Err(RuntimeError::Usage(format!(
-                    "state get reads route-history's state only, and {} holds checkpoints of job '{job}' (read other jobs' state through strata_runtime::inspect::with_key_state)",
-                    dir.display()
-                )));
-            }
-            let stored_key = route_history::key_of_fields(&key)?;
+            let (states, stored_key, render): (_, _, StateRenderer) = match job.as_str() {
+                "route-history" => (
+                    route_history::states(),
+                    route_history::key_of_fields(&key)?,
+                    route_history::render_state,
+                ),
+                "user-history" => (
+                    user_history::states(),
+                    user_history::key_of_fields(&key)?,
+                    user_history::render_state,
+                ),
+                other => {
+                    return Err(RuntimeError::Usage(format!(
+                        "{} holds checkpoints of job '{other}', whose state `strata state get` cannot print (read it through strata_runtime::inspect::with_key_state)",
+                        dir.display()
+                    )))
+                }
+            };
             let json = crate::inspect::with_key_state(
                 &dir,
-                &route_history::states(),
+                &states,
                 &stored_key,
                 |store, meta| {
-                    let value = route_history::render_state(store, &state, &stored_key)?;
+                    let value = render(store, &state, &stored_key)?;
                     Ok(
                         serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}),
                     )
@@ -191,6 +203,9 @@ pub fn main(cli: Cli) -> Result<()> {
         }
     }
 }
+
+/// How a job prints one key's state (`strata state get`).
+type StateRenderer = fn(&strata_cache::StateStore, &str, &[u8]) -> Result<serde_json::Value>;
 
 impl Job {
     /// The job's name and the states it declares.

@@ -323,3 +323,49 @@ fn an_interrupt_before_the_first_checkpoint_says_nothing_is_committed() {
         "{e}"
     );
 }
+
+#[test]
+fn state_get_prints_a_user_history_key_as_well_as_a_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("events.jsonl");
+    let events = [
+        ("alice", 1_000_000_000_000_i64, "hello"),
+        ("bob", 1_000_000_001_000, "x"),
+        ("alice", 1_000_000_002_000, "world"),
+    ];
+    let lines: Vec<String> = events
+        .iter()
+        .map(|(u, t, p)| {
+            serde_json::json!({"user_id": u, "event_time": t, "payload": p}).to_string()
+        })
+        .collect();
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let out = dir.path().join("out");
+    let args = [
+        "run",
+        "user-history",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    let run = strata(&args);
+    assert!(run.status.success(), "{}", error_line(&run));
+    let chk = out.join("_checkpoints");
+    let chk = chk.to_str().unwrap();
+    let got = strata(&["state", "get", chk, "events", "alice"]);
+    assert!(got.status.success(), "{}", error_line(&got));
+    let v: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    let payloads: Vec<&str> = v["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["payload"].as_str().unwrap())
+        .collect();
+    assert_eq!(payloads, ["hello", "world"]);
+    assert_eq!(v["value"][1]["event_time"], "2001-09-09T01:46:42");
+    let two = strata(&["state", "get", chk, "events", "alice", "bob"]);
+    refused(&two, &["one field, the user id"]);
+    let other = strata(&["state", "get", chk, "history", "alice"]);
+    refused(&other, &["no state 'history'", "events"]);
+}

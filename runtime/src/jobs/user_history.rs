@@ -78,6 +78,43 @@ pub fn key(e: &UserEvent) -> Vec<u8> {
     e.user_id.as_bytes().to_vec()
 }
 
+/// The key of a user given as its one field, the user id (for `strata
+/// state get`).
+///
+/// Errors: [`crate::RuntimeError::Usage`] unless there is exactly one field.
+pub fn key_of_fields(fields: &[String]) -> crate::Result<Vec<u8>> {
+    match fields {
+        [user] => Ok(user.as_bytes().to_vec()),
+        _ => Err(crate::RuntimeError::Usage(format!(
+            "a user-history key is one field, the user id; got {}: {}",
+            fields.len(),
+            fields.join(" ")
+        ))),
+    }
+}
+
+/// A user's history as JSON (for `strata state get`): its events' times
+/// and payloads (as text where they are UTF-8).
+pub fn render_state(
+    store: &StateStore,
+    state: &str,
+    key: &[u8],
+) -> crate::Result<serde_json::Value> {
+    if state != EVENTS {
+        return Err(crate::RuntimeError::Usage(format!(
+            "user-history has no state '{state}' (it has: {EVENTS})"
+        )));
+    }
+    let view = store.list_state::<Vec<u8>>(EVENTS)?.get(key)?;
+    Ok(serde_json::Value::Array(
+        view.iter_with_timestamps()
+            .map(|(ts, payload)| {
+                serde_json::json!({"event_time": format_timestamp(ts), "payload": String::from_utf8_lossy(payload)})
+            })
+            .collect(),
+    ))
+}
+
 /// The state the job declares.
 pub fn states() -> Vec<StateDescriptor> {
     vec![StateDescriptor::list(EVENTS)
