@@ -79,8 +79,10 @@ pub enum RestoreFrom {
     /// The newest completed checkpoint; with none (a run killed before its
     /// first checkpoint), the run starts over, as nothing was committed.
     Latest,
-    /// Checkpoint `chk-<id>`. Checkpoints newer than it stay (and can be
-    /// restored later); this run numbers its own after the newest.
+    /// Checkpoint `chk-<id>`. An older one than the newest is restored only
+    /// once the output newer ones committed is moved away; the newer
+    /// checkpoints are then removed, and this run numbers its own after
+    /// the newest id used.
     Checkpoint(u64),
 }
 
@@ -175,8 +177,9 @@ where
 
     /// Continue from checkpoint `from` of the checkpoint directory (`None`:
     /// start fresh, refusing a directory that holds checkpoints already).
-    /// Errors at run: the checkpoint directory does not exist, or the
-    /// requested checkpoint is not a completed one (the error lists those).
+    /// Errors at run: the checkpoint directory does not exist, the
+    /// requested checkpoint is not a completed one (the error lists those),
+    /// or the output holds part files written after it (listed).
     pub fn restore(mut self, from: Option<RestoreFrom>) -> Self {
         self.restore = from;
         self
@@ -270,11 +273,10 @@ where
     async fn run_async(mut self) -> Result<JobReport> {
         let started = Instant::now();
         let parts = self.take_parts()?;
-        let local_dir = self.config.local_dir.clone();
         let fresh = FreshDirs::note(
             [parts.output.as_path(), parts.checkpoint_dir.as_path()]
                 .into_iter()
-                .chain(local_dir.as_deref()),
+                .chain(self.config.local_dir.as_deref()),
         );
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
