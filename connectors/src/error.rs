@@ -48,6 +48,12 @@ pub enum ConnectorError {
         unit: &'static str,
         last_record: u64,
     },
+    /// A Kafka client call failed (`what` says which, on which topic).
+    #[error("kafka: {what}: {reason}")]
+    Kafka { what: String, reason: String },
+    /// A `kafka://` address or a Kafka setting is not usable.
+    #[error("{0}")]
+    KafkaUsage(String),
     /// A file system error.
     #[error("{path}: {source}")]
     Io {
@@ -57,6 +63,17 @@ pub enum ConnectorError {
 }
 
 impl ConnectorError {
+    /// A failed Kafka call: `what` names the call and its topic.
+    pub(crate) fn kafka(
+        what: impl Into<String>,
+    ) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
+        let what = what.into();
+        move |e| ConnectorError::Kafka {
+            what,
+            reason: e.to_string(),
+        }
+    }
+
     pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
         move |source| ConnectorError::Io {
             path: path.to_owned(),

@@ -505,6 +505,24 @@ impl JsonRows {
     }
 }
 
+/// Decodes one JSON object (a JSON line, a Kafka message's value) into a
+/// row of `schema`; `number` names the record in errors.
+pub fn json_row(number: u64, bytes: &[u8], schema: &Schema) -> RowResult {
+    let bad = |reason: String| RecordError {
+        record: number,
+        field: None,
+        reason,
+    };
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| bad("the value is not valid UTF-8".into()))?;
+    let object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
+    typed_row(number, schema, |i| {
+        let (name, ty) = &schema.fields[i];
+        JsonRows::json_value(object.get(name), *ty)
+    })
+}
+
 impl JsonRows {
     fn bad(&self, reason: String) -> Result<Option<RowResult>> {
         Ok(Some(Err(RecordError {

@@ -4,6 +4,9 @@
 //!   replayable from a [`Position`].
 //! * [`FileSink`]: JSON-lines part files committed on checkpoint
 //!   completion (two-phase commit), so output is exactly-once across crashes.
+//! * [`kafka`]: a Kafka source (paused partitions as backpressure, offsets
+//!   in checkpoints) and an exactly-once Kafka sink (transactions), plus
+//!   the `strata topic` load and read helpers.
 //! * [`Throttle`]: records-per-second pacing for sources and sinks.
 //!
 //! ```no_run
@@ -24,12 +27,13 @@ mod error;
 mod file_sink;
 mod file_source;
 pub mod identity;
+pub mod kafka;
 mod row;
 mod throttle;
 
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{already_holds, committed_parts, FileSink, PendingFile, SinkState};
-pub use file_source::{FileSource, Format, Position, RowResult, SourceOptions};
+pub use file_source::{json_row, FileSource, Format, Position, RowResult, SourceOptions};
 pub use identity::InputIdentity;
 pub use row::{
     check_timestamp, format_timestamp, parse_text, FieldType, Row, Schema, Value, MAX_TIMESTAMP_MS,
