@@ -6,7 +6,11 @@
 //! strata checkpoints list <checkpoint-dir>
 //! strata state get <checkpoint-dir> <state-name> <key>...
 //! strata migration write-back <job> --checkpoint-dir <dir> [--config <file.toml>] [-D key=value ...]
+//! strata topic load <file> --brokers <host:port> --topic <T> --key <col>[,<col>...] [--partitions N]
+//! strata topic read --brokers <host:port> --topic <T> [--read-committed] [--output <file.jsonl>]
 //! ```
+//!
+//! `--input` and `--output` of `run` also take `kafka://host:port/topic`.
 
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
@@ -43,6 +47,11 @@ enum Command {
     Migration {
         #[command(subcommand)]
         command: MigrationCommand,
+    },
+    /// Load a file into a Kafka topic, or read a topic out.
+    Topic {
+        #[command(subcommand)]
+        command: crate::topic::TopicCommand,
     },
 }
 
@@ -81,13 +90,16 @@ enum Job {
 struct RunArgs {
     /// The job to run.
     job: Job,
-    /// Input file (.parquet, .csv or .jsonl).
+    /// Input file (.parquet, .csv or .jsonl), or Kafka topics:
+    /// kafka://host:port[,host:port]/topic[,topic][?group=G&start=earliest|latest].
     #[arg(long)]
-    input: PathBuf,
-    /// Output directory (JSON-lines part files appear on checkpoint completion).
+    input: std::ffi::OsString,
+    /// Output directory (JSON-lines part files appear on checkpoint
+    /// completion), or a Kafka topic: kafka://host:port/topic (exactly once
+    /// through transactions; read it with isolation.level=read_committed).
     #[arg(long)]
-    output: PathBuf,
-    /// Checkpoint directory [default: <output>/_checkpoints].
+    output: std::ffi::OsString,
+    /// Checkpoint directory [default: <output>/_checkpoints; required with a Kafka output].
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
     /// Continue from a checkpoint instead of starting fresh: `latest`, a
@@ -165,6 +177,7 @@ pub fn main(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Topic { command } => crate::topic::main(command),
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {

@@ -88,6 +88,7 @@ impl RuntimeError {
                         | C::UnknownFormat(_)
                         | C::MissingColumn { .. }
                         | C::WrongType { .. }
+                        | C::KafkaUsage(_)
                 )
         )
     }

@@ -117,7 +117,7 @@ impl Timers {
 
 /// What a function can do while processing one record or timer.
 pub struct Context<'a, O> {
-    pub(crate) out: &'a mut Vec<O>,
+    pub(crate) out: &'a mut Vec<crate::task::Keyed<O>>,
     pub(crate) timers: &'a mut Timers,
     pub(crate) key: &'a [u8],
     pub(crate) timestamp: i64,
@@ -125,9 +125,14 @@ pub struct Context<'a, O> {
 }
 
 impl<O> Context<'_, O> {
-    /// Emits an output record.
+    /// Emits an output record (a Kafka sink keys it by the current key and
+    /// stamps it with the current timestamp).
     pub fn emit(&mut self, record: O) {
-        self.out.push(record);
+        self.out.push(crate::task::Keyed {
+            key: self.key.to_vec(),
+            ts: self.timestamp,
+            value: record,
+        });
     }
 
     /// The current record's timestamp (ms since the epoch), or the timer's.

@@ -1,8 +1,9 @@
 //! # strata-runtime: the dataflow runtime
 //!
-//! A job is a [`Pipeline`]: a file source, a key-by, a
+//! A job is a [`Pipeline`]: a file or Kafka source, a key-by, a
 //! [`KeyedProcessFunction`] running with tiered keyed state
-//! ([`strata_cache`]), and a transactional JSON-lines sink. Tasks are tokio
+//! ([`strata_cache`]), and a transactional sink (JSON-lines part files or
+//! a Kafka topic). Tasks are tokio
 //! tasks joined by bounded channels ([`channel`]): backpressure travels from
 //! the slowest task back to the source, which stops reading. Checkpoints are
 //! asynchronous barrier snapshots ([`checkpoint`]); a run restored from the
@@ -27,6 +28,7 @@ mod metrics;
 mod pipeline;
 pub mod progress;
 mod task;
+mod topic;
 pub mod write_back;
 
 pub use config::{BadInputPolicy, JobConfig};

@@ -5,7 +5,10 @@
 //!
 //! Names: `strata_state_<tier>_<what>`, `strata_records_<in|out>_total`,
 //! `strata_task_<busy|backpressured|idle>_ms_per_second{task=..}`,
-//! `strata_checkpoint_<duration_ms|state_bytes|new_bytes>`.
+//! `strata_checkpoint_<duration_ms|state_bytes|new_bytes>`; a Kafka
+//! source's `strata_source_kafka_paused_partitions`,
+//! `strata_source_kafka_paused_ms_total` and
+//! `strata_source_kafka_lag{partition=..}`.
 
 use crate::error::{Result, RuntimeError};
 use crate::progress::Progress;
@@ -35,6 +38,9 @@ pub(crate) fn publish(p: &Progress, t: &TierStats) {
             .load(Ordering::Relaxed)
             .saturating_sub(p.done.load(Ordering::Relaxed)) as f64,
     );
+    if let Some(k) = p.kafka.get() {
+        publish_kafka(k);
+    }
     metrics::counter!("strata_state_l1_hits_total").absolute(t.l1_hits);
     metrics::counter!("strata_state_l1_misses_total").absolute(t.l1_misses);
     metrics::counter!("strata_state_l1_spills_total").absolute(t.l1_spills);
@@ -66,4 +72,15 @@ pub(crate) fn publish_checkpoint(c: &crate::checkpoint::CheckpointStats) {
     metrics::gauge!("strata_checkpoint_state_bytes").set(c.state_bytes as f64);
     metrics::gauge!("strata_checkpoint_new_bytes").set(c.new_bytes as f64);
     metrics::counter!("strata_checkpoints_completed_total").increment(1);
+}
+
+fn publish_kafka(k: &strata_connectors::kafka::SourceStats) {
+    metrics::gauge!("strata_source_kafka_paused_partitions")
+        .set(k.paused_partitions.load(Ordering::Relaxed) as f64);
+    metrics::counter!("strata_source_kafka_paused_ms_total")
+        .absolute(k.paused_ns.load(Ordering::Relaxed) / 1_000_000);
+    let lag = k.lag.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for (i, l) in lag.into_iter().enumerate() {
+        metrics::gauge!("strata_source_kafka_lag", "partition" => i.to_string()).set(l as f64);
+    }
 }

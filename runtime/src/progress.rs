@@ -24,6 +24,8 @@ pub struct Progress {
     pub records_out: AtomicU64,
     /// Bad records routed to the dead-letter output.
     pub dead_letters: AtomicU64,
+    /// A Kafka source's backpressure and lag figures.
+    pub kafka: std::sync::OnceLock<Arc<strata_connectors::kafka::SourceStats>>,
 }
 
 impl Progress {

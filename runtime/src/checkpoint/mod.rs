@@ -69,6 +69,23 @@ pub struct SourceSnapshot {
     /// The newest record timestamp read (ms): lateness after a restore is
     /// judged as it would have been without the crash.
     pub max_timestamp: i64,
+    /// A Kafka input: each partition's next offset and newest timestamp.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionSnapshot>,
+}
+
+/// One Kafka partition's part of a source snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSnapshot {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The offset of the next message to read.
+    pub offset: i64,
+    /// The newest record timestamp read from it (ms).
+    pub max_timestamp: i64,
 }
 
 /// One keyed operator instance's part of a checkpoint.

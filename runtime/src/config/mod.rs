@@ -24,13 +24,17 @@
 //! | `source.csv.multiline-fields` | `false` | `true`, `false` | whether a quoted CSV field may hold line breaks (if not, one that does is a bad record: a stray quote) |
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
 //! | `state.l2.capacity` | absent = unbounded | 1MB–1PB | L2 bytes on disk per instance beyond which cold keys move to L3 (needs L3) |
+//! | `source.idle-timeout` | absent = never idle | 1ms–1d | a split (Kafka partition) without records this long does not hold the watermark back |
 //! | `state.l3.*` | L3 off | see [`l3`] | the Cassandra/ScyllaDB cold tier |
+//! | `source.kafka.*`, `sink.kafka.*` | | see [`kafka`] | Kafka input and output |
 //!
 //! Sizes take units (`KB`, `MB`, `GB`, `KiB`, `MiB`, `GiB`); durations take
 //! humantime units (`500ms`, `2s`, `60days`).
 
+pub mod kafka;
 mod l3;
 
+pub use kafka::KafkaSettings;
 pub use l3::L3Settings;
 
 use crate::error::{Result, RuntimeError};
@@ -94,6 +98,10 @@ pub struct JobConfig {
     pub l2_capacity: Option<u64>,
     /// The cold tier (off unless contact points are set).
     pub l3: L3Settings,
+    /// A split without records this long does not hold the watermark back.
+    pub idle_timeout: Option<Duration>,
+    /// Kafka input and output settings.
+    pub kafka: KafkaSettings,
 }
 
 impl Default for JobConfig {
@@ -120,6 +128,8 @@ impl Default for JobConfig {
             csv_multiline_fields: false,
             l2_capacity: None,
             l3: L3Settings::default(),
+            idle_timeout: None,
+            kafka: KafkaSettings::default(),
         }
     }
 }
@@ -349,11 +359,22 @@ impl JobConfig {
                     }
                 }
             }
+            "source.idle-timeout" => {
+                self.idle_timeout = Some(duration(
+                    key,
+                    v,
+                    Duration::from_millis(1),
+                    Duration::from_secs(86_400),
+                )?)
+            }
             _ => {
+                if self.kafka.set(key, v)? {
+                    return Ok(());
+                }
                 return Err(bad(
                     key,
                     "unknown key (see the configuration table in the README)",
-                ))
+                ));
             }
         }
         Ok(())

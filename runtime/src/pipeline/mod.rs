@@ -21,6 +21,7 @@
 //! (`channel.capacity` batches of `channel.batch-size` records).
 
 pub(crate) mod restore;
+pub(crate) mod targets;
 mod wiring;
 
 use crate::channel::edge;
@@ -32,13 +33,17 @@ use crate::error::{Result, RuntimeError};
 use crate::fresh_dirs::FreshDirs;
 use crate::function::KeyedProcessFunction;
 use crate::local_dir::LocalDir;
+use crate::task::input::{Input, KafkaDecoding, KafkaInput};
 use serde::Serialize;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strata_cache::l3::L3Stats;
 use strata_cache::TierStats;
+use strata_connectors::kafka::{KafkaEndpoint, KafkaSource};
 use strata_connectors::{FileSource, Format, Position, RecordError, Row, Schema, SourceOptions};
+use targets::Target;
 use tokio::sync::{mpsc, watch};
 use wiring::{join_all, shutdown_signal, SourceParts, Wiring};
 
@@ -87,9 +92,16 @@ pub enum RestoreFrom {
 }
 
 struct SourceSpec<I> {
-    path: PathBuf,
+    /// A file path or a `kafka://` address.
+    input: OsString,
     schema: Schema,
     parse: ParseFn<I>,
+}
+
+/// The input as [`Pipeline::take_parts`] checked it.
+enum InputKind {
+    File(PathBuf, Format),
+    Kafka(KafkaEndpoint),
 }
 
 /// A job under construction. See the module docs.
@@ -100,7 +112,7 @@ pub struct Pipeline<F: KeyedProcessFunction> {
     source: Option<SourceSpec<F::In>>,
     key_of: Option<KeyFn<F::In>>,
     timestamp_of: Option<TimestampFn<F::In>>,
-    output: Option<PathBuf>,
+    output: Option<OsString>,
     checkpoint_dir: Option<PathBuf>,
     restore: Option<RestoreFrom>,
     metrics_addr: Option<std::net::SocketAddr>,
@@ -128,16 +140,18 @@ where
         }
     }
 
-    /// Reads `path` (format from its extension) as rows of `schema`,
-    /// turned into records by `parse`.
+    /// Reads `input` as rows of `schema`, turned into records by `parse`:
+    /// a file (format from its extension), or Kafka topics given as
+    /// `kafka://host:port[,host:port]/topic[,topic][?group=G&start=earliest|latest]`
+    /// (each message's value one JSON object; see `strata_connectors::kafka`).
     pub fn file_source(
         mut self,
-        path: impl Into<PathBuf>,
+        input: impl Into<OsString>,
         schema: Schema,
         parse: impl Fn(Row, &Schema) -> std::result::Result<F::In, RecordError> + Send + Sync + 'static,
     ) -> Self {
         self.source = Some(SourceSpec {
-            path: path.into(),
+            input: input.into(),
             schema,
             parse: Arc::new(parse),
         });
@@ -156,13 +170,17 @@ where
         self
     }
 
-    /// Writes output as JSON lines into directory `dir`.
-    pub fn jsonl_sink(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.output = Some(dir.into());
+    /// Writes output as JSON lines into directory `output`, or, given
+    /// `kafka://host:port/topic`, to that topic: exactly once through
+    /// transactions, each record keyed by its key (then a checkpoint
+    /// directory must be given).
+    pub fn jsonl_sink(mut self, output: impl Into<OsString>) -> Self {
+        self.output = Some(output.into());
         self
     }
 
-    /// Checkpoint storage directory (default `<output>/_checkpoints`).
+    /// Checkpoint storage directory (default `<output>/_checkpoints`; a
+    /// Kafka output needs one).
     pub fn checkpoint_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.checkpoint_dir = Some(dir.into());
         self
@@ -225,11 +243,19 @@ where
             .take()
             .ok_or_else(|| Self::missing("timestamps"))?;
         let output = self.output.clone().ok_or_else(|| Self::missing("sink"))?;
-        let checkpoint_dir = self
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| output.join("_checkpoints"));
-        check_directory(&output, "output directory")?;
+        let output = Target::output(&output, &self.name, &self.config)?;
+        let checkpoint_dir = match (&self.checkpoint_dir, &output) {
+            (Some(dir), _) => dir.clone(),
+            (None, Target::Dir(out)) => out.join("_checkpoints"),
+            (None, Target::Kafka { .. }) => {
+                return Err(RuntimeError::Usage(
+                    "a Kafka output needs --checkpoint-dir (where checkpoints and the sink's pre-committed epochs live)".into(),
+                ))
+            }
+        };
+        if let Some(out) = output.dir() {
+            check_directory(out, "output directory")?;
+        }
         check_directory(&checkpoint_dir, "checkpoint directory")?;
         if let Some(local) = &self.config.local_dir {
             check_directory(local, "local state directory (state.local-dir)")?;
@@ -241,56 +267,95 @@ where
                 checkpoint_dir.display()
             )));
         }
-        if self.restore.is_none() {
-            refuse_committed_output(&output)?;
+        if let (None, Some(out)) = (self.restore, output.dir()) {
+            refuse_committed_output(out)?;
         }
-        if spec.path.is_dir() {
+        let input = self.check_input(&spec)?;
+        let kafka_in = match &input {
+            InputKind::Kafka(e) => Some(e),
+            InputKind::File(..) => None,
+        };
+        let dead_letter = targets::dead_letter_target(
+            &self.config,
+            kafka_in,
+            &output,
+            &self.name,
+            &checkpoint_dir.join(KAFKA_STAGING),
+        )?;
+        Ok(Parts {
+            options: self.source_options(),
+            spec,
+            input,
+            key_of,
+            timestamp_of,
+            output,
+            dead_letter,
+            checkpoint_dir,
+        })
+    }
+
+    /// Checks the input: a readable file of a known format with the
+    /// schema's columns, or a well-formed `kafka://` address.
+    fn check_input(&self, spec: &SourceSpec<F::In>) -> Result<InputKind> {
+        if let Some(uri) = spec.input.to_str().filter(|t| KafkaEndpoint::is_kafka(t)) {
+            let e = KafkaEndpoint::parse(uri)?;
+            targets::source_options(&e, &self.name, &self.config)?;
+            return Ok(InputKind::Kafka(e));
+        }
+        let path = PathBuf::from(&spec.input);
+        if path.is_dir() {
             return Err(RuntimeError::Usage(format!(
                 "input {} is a directory: give a .parquet, .csv or .jsonl file",
-                spec.path.display()
+                path.display()
             )));
         }
         // Open the input once to check it (exists, format, columns).
-        let format = Format::from_path(&spec.path)?;
+        let format = Format::from_path(&path)?;
         FileSource::open_with(
-            &spec.path,
+            &path,
             format,
             &spec.schema,
             Position::default(),
             &self.source_options(),
         )?;
-        Ok(Parts {
-            options: self.source_options(),
-            spec,
-            format,
-            key_of,
-            timestamp_of,
-            output,
-            checkpoint_dir,
-        })
+        Ok(InputKind::File(path, format))
     }
 
     async fn run_async(mut self) -> Result<JobReport> {
         let started = Instant::now();
         let parts = self.take_parts()?;
         let fresh = FreshDirs::note(
-            [parts.output.as_path(), parts.checkpoint_dir.as_path()]
+            parts
+                .output
+                .dir()
                 .into_iter()
+                .chain([parts.checkpoint_dir.as_path()])
                 .chain(self.config.local_dir.as_deref()),
         );
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
         }
         let storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
-        let _output_lock = lock_dir(&parts.output, "output directory")?;
+        let _output_lock = match parts.output.dir() {
+            Some(dir) => Some(lock_dir(dir, "output directory")?),
+            None => None,
+        };
         let restore::RestorePoint { restored, next_id } = self.restore_point(&storage)?;
-        if let Some(m) = &restored {
-            restore::refuse_newer_output(&parts.output, m)?;
+        if let (Some(m), Some(dir)) = (&restored, parts.output.dir()) {
+            restore::refuse_newer_output(dir, m)?;
         }
-        let source = open_source(&parts, restored.as_ref(), &storage)?;
+        let source = tokio::task::block_in_place(|| {
+            open_source(
+                &parts,
+                &self.config,
+                &self.name,
+                restored.as_ref(),
+                &storage,
+            )
+        })?;
         let local = LocalDir::claim(
             self.config.local_dir.as_deref(),
-            &parts.output,
+            parts.output.dir().unwrap_or(storage.root()),
             storage.root(),
         )?;
         let restore_started = Instant::now();
@@ -309,7 +374,11 @@ where
             self.config.clone(),
             storage.clone(),
             restored,
-            parts.output.clone(),
+            wiring::Targets {
+                output: parts.output.clone(),
+                dead_letter: parts.dead_letter.clone(),
+                staging: storage.root().join(KAFKA_STAGING),
+            },
             local.path().to_owned(),
             ack_tx,
             done_rx,
@@ -448,39 +517,80 @@ impl RestoreFrom {
 struct Parts<I> {
     options: SourceOptions,
     spec: SourceSpec<I>,
-    format: Format,
+    input: InputKind,
     key_of: KeyFn<I>,
     timestamp_of: TimestampFn<I>,
-    output: PathBuf,
+    output: Target,
+    dead_letter: Target,
     checkpoint_dir: PathBuf,
 }
 
+/// The folder of a checkpoint directory where Kafka sinks keep their
+/// pre-committed epochs (`strata_connectors::kafka::KafkaSink`).
+const KAFKA_STAGING: &str = "_kafka";
+
 /// Opens the source at the restored position (or the start), checking that
-/// it is the input the restored checkpoint read.
+/// it is the input the restored checkpoint read. Blocking (Kafka calls).
 fn open_source<I>(
     parts: &Parts<I>,
+    config: &JobConfig,
+    job: &str,
     restored: Option<&CheckpointMetadata>,
     storage: &CheckpointStorage,
-) -> Result<FileSource> {
-    let spec = &parts.spec;
-    let position = restored.map_or(Position::default(), |m| m.source.position);
-    let mut source = FileSource::open_with(
-        &spec.path,
-        parts.format,
-        &spec.schema,
-        position,
-        &parts.options,
-    )?;
-    if let Some(m) = restored {
-        source.verify(&m.source.input).map_err(|reason| {
-            RuntimeError::checkpoint(
-                storage.root(),
-                format!(
-                    "checkpoint {}: {reason}: restore needs the same input file",
-                    m.id
-                ),
-            )
-        })?;
+) -> Result<Input> {
+    let refuse = |m: &CheckpointMetadata, reason: &str| {
+        RuntimeError::checkpoint(storage.root(), format!("checkpoint {}: {reason}", m.id))
+    };
+    let (path, format) = match &parts.input {
+        InputKind::Kafka(e) => {
+            if let Some(m) = restored.filter(|m| m.source.partitions.is_empty()) {
+                return Err(refuse(
+                    m,
+                    "it read a file, not Kafka: restore needs the same input",
+                ));
+            }
+            let options = targets::source_options(e, job, config)?;
+            let offsets: Option<Vec<_>> = restored.map(|m| {
+                m.source
+                    .partitions
+                    .iter()
+                    .map(|p| strata_connectors::kafka::PartitionOffset {
+                        topic: p.topic.clone(),
+                        partition: p.partition,
+                        offset: p.offset,
+                    })
+                    .collect()
+            });
+            let source = KafkaSource::open(&options, offsets.as_deref())?;
+            let decoding = KafkaDecoding {
+                require_key: config.kafka.require_key,
+                record_time: config.kafka.record_time,
+                max_bytes: config.kafka.max_message_bytes as usize,
+            };
+            return Ok(Input::Kafka(Box::new(KafkaInput::new(
+                source,
+                parts.spec.schema.clone(),
+                decoding,
+            ))));
+        }
+        InputKind::File(path, format) => (path, *format),
+    };
+    if let Some(m) = restored.filter(|m| !m.source.partitions.is_empty()) {
+        return Err(refuse(
+            m,
+            "it read Kafka topics, not a file: restore needs the same input",
+        ));
     }
-    Ok(source)
+    let position = restored.map_or(Position::default(), |m| m.source.position);
+    let mut source =
+        FileSource::open_with(path, format, &parts.spec.schema, position, &parts.options)?;
+    if let Some(m) = restored {
+        source
+            .verify(&m.source.input)
+            .map_err(|reason| refuse(m, &format!("{reason}: restore needs the same input file")))?;
+    }
+    Ok(Input::File {
+        source,
+        start: position,
+    })
 }

@@ -4,6 +4,7 @@
 //! failure of any of them — not a closed channel it caused — is the error
 //! the job ends with.
 
+use super::targets::Target;
 use super::{KeyFn, ParseFn, TimestampFn};
 use crate::channel::{edge, InputGate, Message, Output, TaskTimes};
 use crate::checkpoint::coordinator::{Coordinator, Outcome};
@@ -12,7 +13,9 @@ use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
 use crate::progress::{Progress, TaskClock};
+use crate::task::input::Input;
 use crate::task::keyed::{KeyedTask, TIMERS_STATE};
+use crate::task::sink::OutputSink;
 use crate::task::sink::SinkTask;
 use crate::task::source::SourceTask;
 use crate::task::Keyed;
@@ -23,12 +26,20 @@ use strata_cache::key_group::KeyGroupRange;
 use strata_cache::l3::CassandraTier;
 use strata_cache::snapshot::{self, IncrementalUploader};
 use strata_cache::{L2Budget, StateDescriptor, StateStore};
-use strata_connectors::{FileSink, FileSource, Schema, Throttle};
+use strata_connectors::{Schema, Throttle};
 use tokio::sync::{mpsc, watch};
+
+/// Where a run's sinks and dead letters write.
+pub(super) struct Targets {
+    pub(super) output: Target,
+    pub(super) dead_letter: Target,
+    /// Kafka sinks' pre-committed epochs.
+    pub(super) staging: PathBuf,
+}
 
 /// The source and what it routes to, for [`Wiring::spawn_source`].
 pub(super) struct SourceParts<I> {
-    pub(super) source: FileSource,
+    pub(super) source: Input,
     pub(super) schema: Schema,
     pub(super) parse: ParseFn<I>,
     pub(super) key_of: KeyFn<I>,
@@ -42,7 +53,7 @@ pub(super) struct Wiring {
     pub(super) config: JobConfig,
     storage: CheckpointStorage,
     pub(super) restored: Option<CheckpointMetadata>,
-    output: PathBuf,
+    targets: Targets,
     pub(super) work: PathBuf,
     budget: L2Budget,
     run_id: String,
@@ -60,7 +71,7 @@ impl Wiring {
         config: JobConfig,
         storage: CheckpointStorage,
         restored: Option<CheckpointMetadata>,
-        output: PathBuf,
+        targets: Targets,
         work: PathBuf,
         acks: mpsc::Sender<Ack>,
         completed: watch::Receiver<u64>,
@@ -76,7 +87,7 @@ impl Wiring {
             config,
             storage,
             restored,
-            output,
+            targets,
             work,
             progress: Arc::new(Progress::default()),
             acks,
@@ -113,7 +124,7 @@ impl Wiring {
         &mut self,
         keyed: u32,
         sinks: u32,
-    ) -> Result<Vec<mpsc::Sender<Message<O>>>> {
+    ) -> Result<Vec<mpsc::Sender<Message<Keyed<O>>>>> {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..keyed)
             .map(|_| edge(self.config.channel_capacity))
             .unzip();
@@ -126,10 +137,14 @@ impl Wiring {
         for (j, inputs) in (0..sinks).zip(inputs_of) {
             let times = self.times(format!("sink-{j}"));
             let restored = self.restored.as_ref().map(|m| m.sinks[j as usize].clone());
+            let t = &self.targets;
+            let opened: OutputSink = tokio::task::block_in_place(|| {
+                t.output.open_sink(j, restored, &t.staging, &self.config)
+            })?;
             let sink = SinkTask::<O> {
                 index: j,
                 gate: InputGate::new(inputs, times),
-                sink: FileSink::open(&self.output, "part", j, restored)?,
+                sink: opened,
                 throttle: throttle.clone(),
                 acks: self.acks.clone(),
                 completed: self.completed.clone(),
@@ -147,7 +162,7 @@ impl Wiring {
         i: u32,
         parallelism: u32,
         input: mpsc::Receiver<Message<Keyed<F::In>>>,
-        output: mpsc::Sender<Message<F::Out>>,
+        output: mpsc::Sender<Message<Keyed<F::Out>>>,
     ) -> Result<StateStore> {
         let snapshot = self.restored.as_ref().map(|m| &m.operators[i as usize]);
         let manifest = snapshot.map(|s| &s.manifest);
@@ -186,14 +201,18 @@ impl Wiring {
 
     pub(super) fn spawn_source<I: Send + 'static>(&mut self, parts: SourceParts<I>) -> Result<()> {
         let times = self.times("source".into());
+        if let Input::Kafka(k) = &parts.source {
+            let _ = self.progress.kafka.set(k.source.stats());
+        }
         let c = &self.config;
         let restored = self.restored.as_ref().map(|m| &m.source);
-        let dead_letter = FileSink::open(
-            &self.output,
-            "dead-letter",
-            0,
-            restored.map(|s| s.dead_letter.clone()),
-        )?;
+        let t = &self.targets;
+        let dead_letter = tokio::task::block_in_place(|| {
+            t.dead_letter
+                .open_dead_letter(restored.map(|s| s.dead_letter.clone()), &t.staging, c)
+        })?;
+        let max_timestamps =
+            restored.map_or_else(Vec::new, |s| parts.source.restored_max_timestamps(s));
         let task = SourceTask {
             source: parts.source,
             schema: parts.schema,
@@ -209,7 +228,8 @@ impl Wiring {
             dead_letters: restored.map_or(0, |s| s.dead_letters),
             out_of_orderness_ms: c.out_of_orderness_ms,
             watermark_interval: c.watermark_interval,
-            max_timestamp: restored.map_or(i64::MIN, |s| s.max_timestamp),
+            max_timestamps,
+            idle_timeout: c.idle_timeout,
             triggers: parts.triggers,
             acks: self.acks.clone(),
             completed: self.completed.clone(),

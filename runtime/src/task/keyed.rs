@@ -39,7 +39,7 @@ pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
     pub(crate) store: StateStore,
     pub(crate) timers: Timers,
     pub(crate) gate: InputGate<Keyed<F::In>>,
-    pub(crate) out: Output<F::Out>,
+    pub(crate) out: Output<Keyed<F::Out>>,
     pub(crate) batch_size: usize,
     pub(crate) uploader: Arc<Mutex<IncrementalUploader>>,
     pub(crate) local_checkpoints: PathBuf,
@@ -154,7 +154,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
     async fn process_batch(
         &mut self,
         batch: Vec<Keyed<F::In>>,
-        buf: &mut Vec<F::Out>,
+        buf: &mut Vec<Keyed<F::Out>>,
     ) -> Result<()> {
         tokio::task::block_in_place(|| {
             self.store.prefetch(batch.iter().map(|r| r.key.as_slice()))
@@ -175,7 +175,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         Ok(())
     }
 
-    fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<F::Out>) -> Result<()> {
+    fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<Keyed<F::Out>>) -> Result<()> {
         self.store.set_record_timestamp(r.ts);
         let mut ctx = Context {
             out: buf,
@@ -189,7 +189,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
             .map_err(failed)
     }
 
-    async fn emit(&mut self, buf: &mut Vec<F::Out>) -> Result<()> {
+    async fn emit(&mut self, buf: &mut Vec<Keyed<F::Out>>) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -197,7 +197,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         self.out.send(0, Message::Records(batch)).await
     }
 
-    async fn fire_timers(&mut self, watermark: i64, buf: &mut Vec<F::Out>) -> Result<()> {
+    async fn fire_timers(&mut self, watermark: i64, buf: &mut Vec<Keyed<F::Out>>) -> Result<()> {
         loop {
             let more = tokio::task::block_in_place(|| {
                 while let Some((ts, key)) = self.timers.pop_due(watermark) {

@@ -8,6 +8,14 @@
 //! between two rows of a chunk records the position after the last row
 //! routed, never one read ahead.
 //!
+//! A Kafka input ([`Input::Kafka`]) is polled the same way: its reader
+//! thread pauses the partitions while this task cannot send (see
+//! `strata_connectors::kafka`), each record carries its partition and
+//! offset, and a barrier records the next offset of every partition.
+//! Watermarks are per split (a file is one, a Kafka partition is one): the
+//! source's watermark is the least of its splits' that have had a record
+//! within `source.idle-timeout`, and lateness is judged per split.
+//!
 //! At the end of the input the source asks for the final checkpoint and
 //! takes every checkpoint triggered until the final one has completed (a
 //! failed final checkpoint is triggered again); only then does it end the
@@ -15,24 +23,23 @@
 
 use super::Keyed;
 use crate::channel::{Message, Output};
-use crate::checkpoint::{Ack, SourceSnapshot, TaskSnapshot, Trigger};
+use crate::checkpoint::{Ack, TaskSnapshot, Trigger};
 use crate::config::BadInputPolicy;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{KeyFn, ParseFn, TimestampFn};
 use crate::progress::Progress;
+use crate::task::dead_letter::DeadLetter;
+use crate::task::input::{Cursor, Input, ReadRow};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
-use strata_connectors::{
-    check_timestamp, format_timestamp, FileSink, FileSource, Position, RecordError, RowResult,
-    Schema, Throttle,
-};
+use strata_connectors::{check_timestamp, format_timestamp, RecordError, Schema, Throttle};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 pub(crate) struct SourceTask<I> {
-    pub(crate) source: FileSource,
+    pub(crate) source: Input,
     pub(crate) schema: Schema,
     pub(crate) parse: ParseFn<I>,
     pub(crate) key_of: KeyFn<I>,
@@ -42,12 +49,15 @@ pub(crate) struct SourceTask<I> {
     pub(crate) batch_size: usize,
     pub(crate) throttle: Option<Throttle>,
     pub(crate) policy: BadInputPolicy,
-    pub(crate) dead_letter: FileSink,
+    pub(crate) dead_letter: DeadLetter,
     pub(crate) dead_letters: u64,
     pub(crate) out_of_orderness_ms: i64,
     pub(crate) watermark_interval: std::time::Duration,
-    /// The newest timestamp read before this run (from the checkpoint).
-    pub(crate) max_timestamp: i64,
+    /// Per split, the newest timestamp read before this run (from the
+    /// checkpoint).
+    pub(crate) max_timestamps: Vec<i64>,
+    /// A split without a record this long does not hold the watermark back.
+    pub(crate) idle_timeout: Option<std::time::Duration>,
     pub(crate) triggers: mpsc::Receiver<Trigger>,
     pub(crate) acks: mpsc::Sender<Ack>,
     pub(crate) completed: watch::Receiver<u64>,
@@ -57,30 +67,29 @@ pub(crate) struct SourceTask<I> {
 struct Routing<I> {
     batches: Vec<Vec<Keyed<I>>>,
     last_flush: Instant,
-    max_ts: i64,
+    /// Per split: the newest timestamp routed, and when its last record came.
+    max_ts: Vec<i64>,
+    last_seen: Vec<Instant>,
     watermark: i64,
-    /// The position after the last record routed (what a barrier records).
-    routed: Position,
-}
-
-/// One row read ahead, with the source's position and progress after it.
-struct ReadRow {
-    row: RowResult,
-    position: Position,
-    progress: (u64, u64),
+    /// The cursor of the last record routed (what a barrier records).
+    routed: Option<Cursor>,
 }
 
 impl<I: Send + 'static> SourceTask<I> {
     pub(crate) async fn run(mut self) -> Result<()> {
         let n = self.out.len();
+        let splits = self.source.splits();
+        let mut max_ts = std::mem::take(&mut self.max_timestamps);
+        max_ts.resize(splits, i64::MIN);
         let mut routing = Routing {
             batches: (0..n)
                 .map(|_| Vec::with_capacity(self.batch_size))
                 .collect(),
             last_flush: Instant::now(),
-            max_ts: self.max_timestamp,
+            max_ts,
+            last_seen: vec![Instant::now(); splits],
             watermark: i64::MIN,
-            routed: self.source.position(),
+            routed: None,
         };
         let mut chunk = VecDeque::with_capacity(self.batch_size);
         loop {
@@ -90,20 +99,42 @@ impl<I: Send + 'static> SourceTask<I> {
                 self.checkpoint(trigger.id, &mut routing).await?;
             }
             self.commit_if_completed()?;
-            if chunk.is_empty() && !self.read_chunk(&mut chunk)? {
-                break;
+            if chunk.is_empty() {
+                match self.read_chunk(&mut chunk)? {
+                    Read::End => break,
+                    Read::Idle => {
+                        // No record for a while: idle splits may let the
+                        // watermark pass, and partial batches go out.
+                        if routing.last_flush.elapsed() >= self.watermark_interval {
+                            self.flush(&mut routing).await?;
+                        }
+                        // Let the runtime run (and cancel) this task.
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    Read::Records => {}
+                }
             }
-            let Some(next) = chunk.pop_front() else { break };
-            routing.routed = next.position;
-            let record = next.row.and_then(|row| (self.parse)(row, &self.schema));
+            let Some(next) = chunk.pop_front() else {
+                continue;
+            };
+            let record = next
+                .row
+                .and_then(|row| (self.parse)(row, &self.schema))
+                .and_then(|record| {
+                    self.source
+                        .check_key(&next.cursor, (self.key_of)(&record))
+                        .map(|key| (key, record))
+                });
             match record {
-                Ok(record) => self.route(record, &mut routing).await?,
-                Err(bad) => self.bad_record(bad)?,
+                Ok((key, record)) => self.route(key, record, &next.cursor, &mut routing).await?,
+                Err(bad) => self.bad_record(bad, &next.cursor)?,
             }
+            self.progress.source_at(self.source.advance(&next.cursor));
+            routing.routed = Some(next.cursor);
             if let Some(t) = &self.throttle {
                 t.acquire().await;
             }
-            self.progress.source_at(next.progress);
         }
         self.flush(&mut routing).await?;
         self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
@@ -113,23 +144,17 @@ impl<I: Send + 'static> SourceTask<I> {
             .map_err(|_| RuntimeError::Disconnected)?;
         let id = self.until_final_completes(&mut routing).await?;
         self.out.broadcast(|| Message::End).await?;
-        Ok(self.dead_letter.commit(id)?)
+        self.source.completed(id);
+        tokio::task::block_in_place(|| self.dead_letter.commit(id))
     }
 
-    /// Reads up to a batch of rows ahead; `false` at the end of the input.
-    fn read_chunk(&mut self, chunk: &mut VecDeque<ReadRow>) -> Result<bool> {
-        tokio::task::block_in_place(|| {
-            while chunk.len() < self.batch_size {
-                let Some(row) = self.source.next_row()? else {
-                    break;
-                };
-                chunk.push_back(ReadRow {
-                    row,
-                    position: self.source.position(),
-                    progress: self.source.progress(),
-                });
-            }
-            Ok(!chunk.is_empty())
+    /// Reads up to a batch of rows ahead (blocking, off the async workers).
+    fn read_chunk(&mut self, chunk: &mut VecDeque<ReadRow>) -> Result<Read> {
+        let n = tokio::task::block_in_place(|| self.source.read(chunk, self.batch_size))?;
+        Ok(match n {
+            None => Read::End,
+            Some(0) => Read::Idle,
+            Some(_) => Read::Records,
         })
     }
 
@@ -161,37 +186,50 @@ impl<I: Send + 'static> SourceTask<I> {
         }
     }
 
-    async fn route(&mut self, record: I, r: &mut Routing<I>) -> Result<()> {
-        let ts = match check_timestamp((self.timestamp_of)(&record)) {
+    async fn route(
+        &mut self,
+        key: Vec<u8>,
+        record: I,
+        at: &Cursor,
+        r: &mut Routing<I>,
+    ) -> Result<()> {
+        let ts = self
+            .source
+            .event_time(at)
+            .unwrap_or_else(|| (self.timestamp_of)(&record));
+        let ts = match check_timestamp(ts) {
             Ok(ts) => ts,
             Err(reason) => {
-                return self.bad_record(RecordError {
-                    record: r.routed.records,
+                let bad = RecordError {
+                    record: at.record_number(),
                     field: None,
                     reason: format!("its event time: {reason}"),
-                })
+                };
+                return self.bad_record(bad, at);
             }
         };
-        // Lateness is judged against the newest timestamp read so far, not
-        // against the last watermark sent, so that which records are late
-        // does not depend on timing.
-        let bound = r.max_ts.saturating_sub(self.out_of_orderness_ms);
+        // Lateness is judged against the newest timestamp read so far in
+        // the record's split, not against the last watermark sent, so that
+        // which records are late does not depend on timing.
+        let split = at.split();
+        let bound = r.max_ts[split].saturating_sub(self.out_of_orderness_ms);
         if ts < bound {
-            return self.bad_record(RecordError {
-                record: r.routed.records,
+            let bad = RecordError {
+                record: at.record_number(),
                 field: None,
                 reason: format!(
                     "timestamp {} is older than {} (the newest timestamp so far minus watermark.out-of-orderness): the input is more out of order than allowed",
                     format_timestamp(ts),
                     format_timestamp(bound)
                 ),
-            });
+            };
+            return self.bad_record(bad, at);
         }
-        let key = (self.key_of)(&record);
         let kg = key_group_of(&key, self.max_parallelism);
         let target =
             KeyGroupRange::operator_for(kg, self.max_parallelism, self.out.len() as u32) as usize;
-        r.max_ts = r.max_ts.max(ts);
+        r.max_ts[split] = r.max_ts[split].max(ts);
+        r.last_seen[split] = Instant::now();
         r.batches[target].push(Keyed {
             key,
             ts,
@@ -219,8 +257,10 @@ impl<I: Send + 'static> SourceTask<I> {
             }
         }
         r.last_flush = Instant::now();
-        let watermark = r
-            .max_ts
+        let Some(newest) = self.slowest_split(r) else {
+            return Ok(());
+        };
+        let watermark = newest
             .saturating_sub(self.out_of_orderness_ms)
             .saturating_sub(1);
         if watermark > r.watermark {
@@ -230,13 +270,25 @@ impl<I: Send + 'static> SourceTask<I> {
         Ok(())
     }
 
-    fn bad_record(&mut self, bad: RecordError) -> Result<()> {
+    /// The newest timestamp of the split furthest behind, among those
+    /// with a record within the idle timeout (`None`: all are idle).
+    fn slowest_split(&self, r: &Routing<I>) -> Option<i64> {
+        let active = |i: &usize| {
+            self.idle_timeout
+                .is_none_or(|t| r.last_seen[*i].elapsed() < t)
+        };
+        (0..r.max_ts.len())
+            .filter(active)
+            .map(|i| r.max_ts[i])
+            .min()
+    }
+
+    fn bad_record(&mut self, bad: RecordError, at: &Cursor) -> Result<()> {
+        let bad = self.source.describe(bad, at);
         match self.policy {
             BadInputPolicy::Fail => Err(RuntimeError::BadRecord(bad)),
             BadInputPolicy::DeadLetter => {
-                let line =
-                    serde_json::to_vec(&bad).map_err(|e| RuntimeError::Function(e.to_string()))?;
-                self.dead_letter.write_line(&line)?;
+                tokio::task::block_in_place(|| self.dead_letter.write(&bad, at))?;
                 self.dead_letters += 1;
                 self.progress
                     .dead_letters
@@ -249,13 +301,10 @@ impl<I: Send + 'static> SourceTask<I> {
     async fn checkpoint(&mut self, id: u64, r: &mut Routing<I>) -> Result<()> {
         self.flush(r).await?;
         let snapshot = tokio::task::block_in_place(|| {
-            Ok::<_, RuntimeError>(SourceSnapshot {
-                position: r.routed,
-                dead_letter: self.dead_letter.pre_commit(id)?,
-                dead_letters: self.dead_letters,
-                input: self.source.identity(r.routed)?,
-                max_timestamp: r.max_ts,
-            })
+            let mut snapshot = self.source.snapshot(r.routed.as_ref(), &r.max_ts, id)?;
+            snapshot.dead_letter = self.dead_letter.pre_commit(id)?;
+            snapshot.dead_letters = self.dead_letters;
+            Ok::<_, RuntimeError>(snapshot)
         })
         .map_err(|e| e.in_checkpoint(id, "source"))?;
         self.acks
@@ -268,8 +317,17 @@ impl<I: Send + 'static> SourceTask<I> {
     fn commit_if_completed(&mut self) -> Result<()> {
         if self.completed.has_changed().unwrap_or(false) {
             let id = *self.completed.borrow_and_update();
+            self.source.completed(id);
             tokio::task::block_in_place(|| self.dead_letter.commit(id))?;
         }
         Ok(())
     }
+}
+
+/// What one read found.
+enum Read {
+    Records,
+    /// Nothing yet (a Kafka source waiting for messages).
+    Idle,
+    End,
 }

@@ -1,0 +1,318 @@
+//! What a source task reads: a file or Kafka partitions, behind one
+//! interface — read a chunk of rows ahead, say where each came from (its
+//! [`Cursor`]), snapshot the position at a barrier, and hear of completed
+//! checkpoints (a Kafka source then commits that checkpoint's offsets to
+//! its consumer group, for lag monitoring).
+
+use crate::checkpoint::{PartitionSnapshot, SourceSnapshot};
+use crate::error::Result;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+use strata_connectors::kafka::{Fetched, KafkaSource, PartitionOffset, Polled};
+use strata_connectors::{json_row, FileSource, Position, RecordError, RowResult, Schema};
+
+/// One row read ahead, with where it came from.
+pub(crate) struct ReadRow {
+    pub(crate) row: RowResult,
+    pub(crate) cursor: Cursor,
+}
+
+/// Where a record came from.
+pub(crate) enum Cursor {
+    /// A file: the position and progress after the record.
+    File {
+        position: Position,
+        progress: (u64, u64),
+    },
+    /// A Kafka message (its value is kept only when it is bad, for the
+    /// dead-letter topic).
+    Kafka(Fetched),
+}
+
+impl Cursor {
+    /// The split (watermark source) the record belongs to.
+    pub(crate) fn split(&self) -> usize {
+        match self {
+            Cursor::File { .. } => 0,
+            Cursor::Kafka(f) => f.split,
+        }
+    }
+
+    /// The record's number in errors: its line/record number, or offset.
+    pub(crate) fn record_number(&self) -> u64 {
+        match self {
+            Cursor::File { position, .. } => position.records,
+            Cursor::Kafka(f) => f.offset as u64,
+        }
+    }
+}
+
+/// How a Kafka input decodes messages (`source.kafka.*`).
+#[derive(Debug, Clone)]
+pub(crate) struct KafkaDecoding {
+    /// A message must carry the job's key as its key.
+    pub(crate) require_key: bool,
+    /// Event time is the message timestamp, not the job's column.
+    pub(crate) record_time: bool,
+    /// Larger values are bad records.
+    pub(crate) max_bytes: usize,
+}
+
+/// A source task's input.
+pub(crate) enum Input {
+    File {
+        source: FileSource,
+        /// Where this run started (what a barrier before any record records).
+        start: Position,
+    },
+    Kafka(Box<KafkaInput>),
+}
+
+pub(crate) struct KafkaInput {
+    pub(crate) source: KafkaSource,
+    pub(crate) schema: Schema,
+    pub(crate) decoding: KafkaDecoding,
+    /// Per partition: the offset after the last record routed.
+    pub(crate) offsets: Vec<i64>,
+    /// Offsets of checkpoints taken, not yet known completed.
+    pub(crate) pending: BTreeMap<u64, Vec<PartitionOffset>>,
+    pub(crate) read: u64,
+}
+
+impl KafkaInput {
+    pub(crate) fn new(source: KafkaSource, schema: Schema, decoding: KafkaDecoding) -> Self {
+        Self {
+            offsets: source.start_offsets().to_vec(),
+            source,
+            schema,
+            decoding,
+            pending: BTreeMap::new(),
+            read: 0,
+        }
+    }
+
+    fn decode(&self, mut f: Fetched) -> ReadRow {
+        let bad = |reason: String| RecordError {
+            record: f.offset as u64,
+            field: None,
+            reason,
+        };
+        let row = match f.payload.as_deref() {
+            None => Err(bad("the message has no value (a tombstone)".into())),
+            Some(v) if v.len() > self.decoding.max_bytes => Err(bad(format!(
+                "the message value is {} bytes, more than source.kafka.max-message-bytes ({})",
+                v.len(),
+                self.decoding.max_bytes
+            ))),
+            Some(v) => json_row(f.offset as u64, v, &self.schema),
+        };
+        if row.is_ok() {
+            f.payload = None;
+        }
+        ReadRow {
+            row,
+            cursor: Cursor::Kafka(f),
+        }
+    }
+}
+
+impl Input {
+    /// Splits: one for a file, one per Kafka partition.
+    pub(crate) fn splits(&self) -> usize {
+        match self {
+            Input::File { .. } => 1,
+            Input::Kafka(k) => k.source.partitions().len(),
+        }
+    }
+
+    /// Each split's newest timestamp in restored snapshot `s` (a Kafka
+    /// partition it does not name: none yet).
+    pub(crate) fn restored_max_timestamps(&self, s: &SourceSnapshot) -> Vec<i64> {
+        match self {
+            Input::File { .. } => vec![s.max_timestamp],
+            Input::Kafka(k) => k
+                .source
+                .partitions()
+                .iter()
+                .map(|(t, p)| {
+                    s.partitions
+                        .iter()
+                        .find(|r| r.topic == *t && r.partition == *p)
+                        .map_or(i64::MIN, |r| r.max_timestamp)
+                })
+                .collect(),
+        }
+    }
+
+    /// Reads up to `max` rows into `chunk` (blocking): `Some(n)` rows
+    /// (0: none yet), `None` at the end of the input.
+    pub(crate) fn read(
+        &mut self,
+        chunk: &mut VecDeque<ReadRow>,
+        max: usize,
+    ) -> Result<Option<usize>> {
+        match self {
+            Input::File { source, .. } => {
+                let mut n = 0;
+                while n < max {
+                    let Some(row) = source.next_row()? else {
+                        break;
+                    };
+                    chunk.push_back(ReadRow {
+                        row,
+                        cursor: Cursor::File {
+                            position: source.position(),
+                            progress: source.progress(),
+                        },
+                    });
+                    n += 1;
+                }
+                Ok((n > 0).then_some(n))
+            }
+            Input::Kafka(k) => match k.source.poll(Duration::from_millis(100))? {
+                Polled::Records(batch) => {
+                    let n = batch.len();
+                    for f in batch {
+                        chunk.push_back(k.decode(f));
+                    }
+                    Ok(Some(n))
+                }
+                Polled::Idle => Ok(Some(0)),
+                Polled::End => Ok(None),
+            },
+        }
+    }
+
+    /// Checks a Kafka message's key against the record's `key` (the job's
+    /// key of its fields) and returns it.
+    pub(crate) fn check_key(
+        &self,
+        at: &Cursor,
+        key: Vec<u8>,
+    ) -> std::result::Result<Vec<u8>, RecordError> {
+        let (Input::Kafka(k), Cursor::Kafka(f)) = (self, at) else {
+            return Ok(key);
+        };
+        if !k.decoding.require_key {
+            return Ok(key);
+        }
+        let show = strata_connectors::kafka::key_to_json;
+        let reason = match &f.key {
+            Some(m) if *m == key => return Ok(key),
+            Some(m) => format!(
+                "the message key {} is not the record's key {} (its fields): a key must live in one partition, so messages must be keyed by the job's key (strata topic load --key ...; or source.kafka.require-key=false)",
+                show(m),
+                show(&key)
+            ),
+            None => "the message has no key: messages must be keyed by the job's key (strata topic load --key ...; or source.kafka.require-key=false)".into(),
+        };
+        Err(RecordError {
+            record: f.offset as u64,
+            field: None,
+            reason,
+        })
+    }
+
+    /// The record's event time when it is the message timestamp.
+    pub(crate) fn event_time(&self, at: &Cursor) -> Option<i64> {
+        match (self, at) {
+            (Input::Kafka(k), Cursor::Kafka(f)) if k.decoding.record_time => {
+                Some(f.timestamp.unwrap_or(i64::MIN))
+            }
+            _ => None,
+        }
+    }
+
+    /// Names a Kafka message's topic, partition and offset in `bad`.
+    pub(crate) fn describe(&self, mut bad: RecordError, at: &Cursor) -> RecordError {
+        if let (Input::Kafka(k), Cursor::Kafka(f)) = (self, at) {
+            let (topic, p) = &k.source.partitions()[f.split];
+            bad.reason = format!("message {topic}/{p} offset {}: {}", f.offset, bad.reason);
+        }
+        bad
+    }
+
+    /// Notes that the record at `at` was handled (routed or bad); returns
+    /// the progress (done, total).
+    pub(crate) fn advance(&mut self, at: &Cursor) -> (u64, u64) {
+        match (self, at) {
+            (Input::Kafka(k), Cursor::Kafka(f)) => {
+                k.offsets[f.split] = f.offset + 1;
+                k.read += 1;
+                let total = k.source.end_offsets().map_or(0, |ends| {
+                    let starts = k.source.start_offsets();
+                    ends.iter()
+                        .zip(starts)
+                        .map(|(e, s)| (e - s).max(0) as u64)
+                        .sum()
+                });
+                (k.read, total)
+            }
+            (_, Cursor::File { progress, .. }) => *progress,
+            _ => (0, 0),
+        }
+    }
+
+    /// The position part of checkpoint `id`, after the record at `routed`
+    /// (`None`: nothing routed in this run), with each split's newest
+    /// timestamp.
+    pub(crate) fn snapshot(
+        &mut self,
+        routed: Option<&Cursor>,
+        max_ts: &[i64],
+        id: u64,
+    ) -> Result<SourceSnapshot> {
+        let newest = max_ts.iter().copied().max().unwrap_or(i64::MIN);
+        match self {
+            Input::File { source, start } => {
+                let position = match routed {
+                    Some(Cursor::File { position, .. }) => *position,
+                    _ => *start,
+                };
+                Ok(SourceSnapshot {
+                    position,
+                    input: source.identity(position)?,
+                    max_timestamp: newest,
+                    ..SourceSnapshot::default()
+                })
+            }
+            Input::Kafka(k) => {
+                let mut partitions = Vec::new();
+                let mut offsets = Vec::new();
+                for (i, (topic, partition)) in k.source.partitions().iter().enumerate() {
+                    partitions.push(PartitionSnapshot {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: k.offsets[i],
+                        max_timestamp: max_ts[i],
+                    });
+                    offsets.push(PartitionOffset {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: k.offsets[i],
+                    });
+                }
+                k.pending.insert(id, offsets);
+                Ok(SourceSnapshot {
+                    max_timestamp: newest,
+                    partitions,
+                    ..SourceSnapshot::default()
+                })
+            }
+        }
+    }
+
+    /// Checkpoint `id` completed: a Kafka source commits its offsets (and
+    /// forgets older ones).
+    pub(crate) fn completed(&mut self, id: u64) {
+        if let Input::Kafka(k) = self {
+            let done: Vec<u64> = k.pending.range(..=id).map(|(i, _)| *i).collect();
+            if let Some(offsets) = done.last().and_then(|i| k.pending.remove(i)) {
+                k.source.commit(offsets);
+            }
+            for i in done {
+                k.pending.remove(&i);
+            }
+        }
+    }
+}
