@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: builds strata once (release), starts the single-node
-# Cassandra the L3 tests need (scripts/cassandra.sh; stopped again at the end
-# if this script started it), runs every test of the workspace — unit,
-# property-based and end-to-end on the real flights data and the real
-# Cassandra — then prints one closing line "tests: N passed, N failed".
+# Cassandra the L3 tests need (scripts/cassandra.sh) and the single-node Kafka
+# the Kafka tests need (scripts/kafka.sh) — each stopped again at the end if
+# this script started it — runs every test of the workspace — unit,
+# property-based and end-to-end on the real flights data, the real Cassandra
+# and the real Kafka — then prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$STRATA_ROOT/scripts/setup.sh"
@@ -14,16 +15,28 @@ if ! scripts/cassandra.sh status >/dev/null 2>&1; then
   scripts/cassandra.sh start > "${TMPDIR:-/tmp}/strata-cassandra-start.log" 2>&1 &
   cassandra_pid=$!
 fi
+started_kafka=false
+if ! scripts/kafka.sh status >/dev/null 2>&1; then
+  started_kafka=true
+  scripts/kafka.sh start > "${TMPDIR:-/tmp}/strata-kafka-start.log" 2>&1 &
+  kafka_pid=$!
+fi
 log="$(mktemp)"
 cleanup() {
   rm -f "$log"
   if $started_cassandra; then scripts/cassandra.sh stop || true; fi
+  if $started_kafka; then scripts/kafka.sh stop || true; fi
 }
 trap cleanup EXIT
 cargo build --release --workspace --bins
 if $started_cassandra && ! wait "$cassandra_pid"; then
   cat "${TMPDIR:-/tmp}/strata-cassandra-start.log" >&2
   echo "tests: 0 passed, 1 failed (Cassandra did not start)" >&2
+  exit 1
+fi
+if $started_kafka && ! wait "$kafka_pid"; then
+  cat "${TMPDIR:-/tmp}/strata-kafka-start.log" >&2
+  echo "tests: 0 passed, 1 failed (Kafka did not start)" >&2
   exit 1
 fi
 status=0

@@ -3,6 +3,7 @@
 //! batch computation of route-history to compare against.
 
 pub mod cassandra;
+pub mod kafka;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
@@ -161,6 +162,20 @@ pub struct Line {
     pub avg_bits: u64,
 }
 
+impl Line {
+    /// An output record of route-history, as JSON.
+    pub fn from_json(v: &serde_json::Value) -> Self {
+        Line {
+            origin: v["origin"].as_str().expect("origin").to_owned(),
+            destination: v["destination"].as_str().expect("destination").to_owned(),
+            date: v["date"].as_str().expect("date").to_owned(),
+            delay: v["delay"].as_i64().expect("delay"),
+            flights_60d: v["flights_60d"].as_u64().expect("flights_60d"),
+            avg_bits: v["avg_delay_60d"].as_f64().expect("avg").to_bits(),
+        }
+    }
+}
+
 /// Reads every committed part file of `dir`, sorted (a multiset as a sorted list).
 pub fn read_output(dir: &Path) -> Vec<Line> {
     let mut lines = Vec::new();
@@ -173,14 +188,7 @@ pub fn read_output(dir: &Path) -> Vec<Line> {
         for l in std::fs::read_to_string(&path).expect("part file").lines() {
             let v: serde_json::Value =
                 serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: bad line {l}: {e}"));
-            lines.push(Line {
-                origin: v["origin"].as_str().expect("origin").to_owned(),
-                destination: v["destination"].as_str().expect("destination").to_owned(),
-                date: v["date"].as_str().expect("date").to_owned(),
-                delay: v["delay"].as_i64().expect("delay"),
-                flights_60d: v["flights_60d"].as_u64().expect("flights_60d"),
-                avg_bits: v["avg_delay_60d"].as_f64().expect("avg").to_bits(),
-            });
+            lines.push(Line::from_json(&v));
         }
     }
     lines.sort();

@@ -1,0 +1,55 @@
+//! A broker stopped for 20 s mid-run: the job stalls, resumes when the
+//! broker is back, and the committed output is exact. In a test binary of
+//! its own: stopping the shared broker would disturb other Kafka tests.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use strata_tests::kafka::*;
+use strata_tests::*;
+
+fn kafka_sh(arg: &str) {
+    let script = repo_root().join("scripts/kafka.sh");
+    let o = Command::new(script).arg(arg).output().unwrap();
+    assert!(
+        o.status.success(),
+        "kafka.sh {arg}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_broker_stopped_for_20s_stalls_the_job_which_then_finishes_exactly() {
+    require_kafka();
+    let head = flights_head(300_000);
+    let (input, output) = (unique_topic("flights-o"), unique_topic("rh-o"));
+    load_flights(&head, &input, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_command(
+        &input,
+        &output,
+        &dir.path().join("chk"),
+        &[
+            "-D",
+            "checkpoint.interval=1s",
+            "-D",
+            "source.max-records-per-second=30000",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    kafka_sh("stop");
+    std::thread::sleep(Duration::from_secs(20));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended while the broker was down"
+    );
+    kafka_sh("start");
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = read_route_history(&output);
+    if let Some(diff) = first_difference(&got, &reference_route_history(&head)) {
+        panic!("after a 20 s broker outage the output differs: {diff}");
+    }
+}
