@@ -125,8 +125,7 @@ pub struct Context<'a, O> {
 }
 
 impl<O> Context<'_, O> {
-    /// Emits an output record (a Kafka sink keys it by the current key and
-    /// stamps it with the current timestamp).
+    /// Emits an output record (a Kafka sink keys it by the current key).
     pub fn emit(&mut self, record: O) {
         self.out.push(crate::task::Keyed {
             key: self.key.to_vec(),

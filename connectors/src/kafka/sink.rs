@@ -88,8 +88,10 @@ impl ProducerContext for Deliveries {
 pub struct OutRecord<'a> {
     /// Message key.
     pub key: &'a [u8],
-    /// Message timestamp, ms since the epoch.
-    pub timestamp: i64,
+    /// Message timestamp, ms since the epoch; `None`: the time it is
+    /// produced. (An event time from history would let the topic's
+    /// time-based retention delete the output at once.)
+    pub timestamp: Option<i64>,
     /// Message value.
     pub value: &'a [u8],
     /// Message headers.
@@ -298,7 +300,7 @@ impl KafkaSink {
             attempt += 1;
             match self.try_publish(seq, path) {
                 Ok(()) => return Ok(()),
-                Err(Failure::Io(e)) => return Err(e),
+                Err(Failure::Io(e)) => return Err(self.fenced(seq).unwrap_or(e)),
                 Err(Failure::Kafka(e)) => {
                     let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort() || t.is_retriable());
                     if !abortable || attempt >= 5 {
@@ -315,7 +317,26 @@ impl KafkaSink {
         }
     }
 
+    /// The error of a producer a newer instance fenced, if this one was.
+    fn fenced(&self, seq: u64) -> Option<ConnectorError> {
+        let (code, reason) = self.producer.client().fatal_error()?;
+        let fenced = matches!(
+            code,
+            RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
+        ) || reason.to_lowercase().contains("fenc");
+        fenced.then(|| ConnectorError::Kafka {
+            what: format!(
+                "commit epoch file {seq} to {} (transactional.id {})",
+                self.options.topic, self.options.transactional_id
+            ),
+            reason: format!("{reason}: this instance was fenced by a newer one of the same job (a restore took over); it stops without committing"),
+        })
+    }
+
     fn txn_error(&self, e: KafkaError, seq: u64) -> ConnectorError {
+        if let Some(fenced) = self.fenced(seq) {
+            return fenced;
+        }
         let fenced = matches!(&e, KafkaError::Transaction(t) if t.code() == RDKafkaErrorCode::ProducerFenced || t.code() == RDKafkaErrorCode::InvalidProducerEpoch);
         ConnectorError::Kafka {
             what: format!(
@@ -412,21 +433,29 @@ fn send(producer: &ThreadedProducer<Deliveries>, topic: &str, r: &OutRecord<'_>)
             value: Some(*v),
         });
     }
-    let record = BaseRecord::to(topic)
+    let mut record = BaseRecord::to(topic)
         .key(r.key)
         .payload(r.value)
-        .timestamp(r.timestamp)
         .headers(headers);
+    if let Some(ts) = r.timestamp {
+        record = record.timestamp(ts);
+    }
     super::send_waiting(producer, topic, record)
 }
 
-/// A staged record: `timestamp \t hex(key) \t headers \t value`, headers
+/// A staged record: `timestamp (or -) \t hex(key) \t headers \t value`, headers
 /// as `name=hex(value)` joined by `,`, the value as `r<bytes>` when it has
 /// no line break, else `x<hex>`.
 fn encode_wal_line(out: &mut Vec<u8>, r: &OutRecord<'_>) {
     use std::io::Write;
     out.clear();
-    let _ = write!(out, "{}\t{}\t", r.timestamp, hex(r.key));
+    match r.timestamp {
+        Some(ts) => {
+            let _ = write!(out, "{ts}");
+        }
+        None => out.push(b'-'),
+    }
+    let _ = write!(out, "\t{}\t", hex(r.key));
     for (i, (k, v)) in r.headers.iter().enumerate() {
         let _ = write!(out, "{}{k}={}", if i > 0 { "," } else { "" }, hex(v));
     }
@@ -441,7 +470,7 @@ fn encode_wal_line(out: &mut Vec<u8>, r: &OutRecord<'_>) {
 }
 
 struct WalLine {
-    timestamp: i64,
+    timestamp: Option<i64>,
     key: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
     value: Vec<u8>,
@@ -450,7 +479,10 @@ struct WalLine {
 impl WalLine {
     fn parse(line: &[u8]) -> Option<Self> {
         let mut parts = line.splitn(4, |b| *b == b'\t');
-        let timestamp = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+        let timestamp = match std::str::from_utf8(parts.next()?).ok()? {
+            "-" => None,
+            ts => Some(ts.parse().ok()?),
+        };
         let key = unhex(parts.next()?)?;
         let mut headers = Vec::new();
         for h in parts
@@ -497,7 +529,7 @@ mod tests {
             let headers: [(&str, &[u8]); 2] = [("strata.reason", b"bad, very"), ("n", b"")];
             let r = OutRecord {
                 key: b"\x03LAS\x03PHL",
-                timestamp: -5,
+                timestamp: Some(-5),
                 value,
                 headers: &headers,
             };
@@ -505,7 +537,7 @@ mod tests {
             assert!(!line.contains(&b'\n'));
             let back = WalLine::parse(&line).unwrap();
             assert_eq!(back.key, r.key);
-            assert_eq!(back.timestamp, -5);
+            assert_eq!(back.timestamp, Some(-5));
             assert_eq!(back.value, value);
             assert_eq!(
                 back.headers[0],

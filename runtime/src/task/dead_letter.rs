@@ -28,13 +28,13 @@ impl DeadLetter {
                         f.key.clone().unwrap_or_default(),
                         f.payload.clone().unwrap_or_default(),
                         format!("split {} offset {}", f.split, f.offset),
-                        f.timestamp.unwrap_or_else(now_ms),
+                        f.timestamp,
                     ),
                     Cursor::File { position, .. } => (
                         Vec::new(),
                         error,
                         format!("record {}", position.records),
-                        now_ms(),
+                        None,
                     ),
                 };
                 let headers: [(&str, &[u8]); 2] = [
@@ -65,8 +65,4 @@ impl DeadLetter {
         }
         Ok(())
     }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }

@@ -1,6 +1,5 @@
 //! The sink task: writes records as JSON lines into transactional part
-//! files or a Kafka topic (keyed by the record's key, stamped with its
-//! timestamp), pre-commits at barriers and commits on checkpoint
+//! files or a Kafka topic (keyed by the record's key), pre-commits at barriers and commits on checkpoint
 //! completion. Pre-commits and commits fsync or wait on Kafka, so they run
 //! in `block_in_place`; a failed pre-commit fails the job naming the
 //! checkpoint (what reached the file is uncertain after a failed fsync).
@@ -43,7 +42,7 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                             }
                             line.clear();
                             serde_json::to_writer(&mut line, &record.value).map_err(|e| RuntimeError::Function(e.to_string()))?;
-                            self.sink.write(&record.key, record.ts, &line)?;
+                            self.sink.write(&record.key, &line)?;
                         }
                         self.progress.records_out.fetch_add(n, Ordering::Relaxed);
                     }
@@ -88,12 +87,12 @@ pub(crate) enum OutputSink {
 }
 
 impl OutputSink {
-    fn write(&mut self, key: &[u8], timestamp: i64, line: &[u8]) -> Result<()> {
+    fn write(&mut self, key: &[u8], line: &[u8]) -> Result<()> {
         match self {
             OutputSink::File(s) => s.write_line(line)?,
             OutputSink::Kafka(s) => s.write(&OutRecord {
                 key,
-                timestamp,
+                timestamp: None,
                 value: line,
                 headers: &[],
             })?,
