@@ -62,13 +62,10 @@ pub(crate) fn tier_totals(stores: &[StateStore]) -> TierStats {
     total
 }
 
-/// Runs until aborted: every second publishes metrics and redraws progress.
-pub(crate) async fn report(
-    progress: Arc<Progress>,
-    stores: Vec<StateStore>,
-    mut clocks: Vec<TaskClock>,
-) {
-    let bar = std::io::stderr().is_terminal().then(|| {
+/// A progress bar (position, percent, ETA, message) when stderr is a
+/// terminal; `None` otherwise (then progress is logged as lines).
+pub(crate) fn terminal_bar() -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -77,7 +74,16 @@ pub(crate) async fn report(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar
-    });
+    })
+}
+
+/// Runs until aborted: every second publishes metrics and redraws progress.
+pub(crate) async fn report(
+    progress: Arc<Progress>,
+    stores: Vec<StateStore>,
+    mut clocks: Vec<TaskClock>,
+) {
+    let bar = terminal_bar();
     let started = Instant::now();
     // (when, records read in this run, input done) at the last log line.
     let mut last_log: Option<(Instant, u64, u64)> = None;

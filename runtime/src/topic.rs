@@ -3,7 +3,6 @@
 //! bar on a terminal.
 
 use crate::error::{Result, RuntimeError};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use strata_connectors::kafka::{load_topic, read_topic, ReadOptions};
 
@@ -55,16 +54,7 @@ pub(crate) fn main(command: TopicCommand) -> Result<()> {
             key,
             partitions,
         } => {
-            let bar = std::io::stderr().is_terminal().then(|| {
-                let bar = indicatif::ProgressBar::new(0);
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{elapsed_precise} [{bar:30}] {percent}% ETA {eta}",
-                    )
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-                );
-                bar
-            });
+            let bar = crate::progress::terminal_bar();
             let mut progress = |done: u64, total: u64| {
                 if let Some(bar) = &bar {
                     bar.set_length(total);

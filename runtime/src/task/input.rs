@@ -77,11 +77,21 @@ pub(crate) struct KafkaInput {
     /// Offsets of checkpoints taken, not yet known completed.
     pub(crate) pending: BTreeMap<u64, Vec<PartitionOffset>>,
     pub(crate) read: u64,
+    /// Bounded mode: messages to read in this run (0: unbounded).
+    pub(crate) total: u64,
 }
 
 impl KafkaInput {
     pub(crate) fn new(source: KafkaSource, schema: Schema, decoding: KafkaDecoding) -> Self {
+        let total = source.end_offsets().map_or(0, |ends| {
+            let starts = source.start_offsets();
+            ends.iter()
+                .zip(starts)
+                .map(|(e, s)| (e - s).max(0) as u64)
+                .sum()
+        });
         Self {
+            total,
             offsets: source.start_offsets().to_vec(),
             source,
             schema,
@@ -239,14 +249,7 @@ impl Input {
             (Input::Kafka(k), Cursor::Kafka(f)) => {
                 k.offsets[f.split] = f.offset + 1;
                 k.read += 1;
-                let total = k.source.end_offsets().map_or(0, |ends| {
-                    let starts = k.source.start_offsets();
-                    ends.iter()
-                        .zip(starts)
-                        .map(|(e, s)| (e - s).max(0) as u64)
-                        .sum()
-                });
-                (k.read, total)
+                (k.read, k.total)
             }
             (_, Cursor::File { progress, .. }) => *progress,
             _ => (0, 0),
