@@ -411,7 +411,7 @@ impl StoreInner {
                 }
                 let mut l1_key = state.to_be_bytes().to_vec();
                 l1_key.extend_from_slice(k);
-                if !self.l1.contains_key(&l1_key)
+                if !self.l1.contains_key(l1_key.as_slice())
                     && !self.eviction.second_chance(&l1_key)
                     && seen.insert(l1_key.clone())
                 {
@@ -467,9 +467,10 @@ impl StoreInner {
     /// stays in L2, whose newer value wins.
     fn moves<'a>(&self, entries: &'a [(Vec<u8>, Vec<u8>)]) -> Result<Vec<Move<'a>>> {
         let lower = &self.lower;
+        lower.write_spills()?;
         let mut moves = Vec::new();
         for (key, picked) in entries {
-            if self.l1.contains_key(key) {
+            if self.l1.contains_key(key.as_slice()) {
                 continue;
             }
             let cf = lower.cf(state_of(key))?;

@@ -112,7 +112,21 @@ fn trim_into<'a>(
     true
 }
 
-fn cf_options(desc: &StateDescriptor, budget: &L2Budget, clock: &Arc<Clock>) -> Options {
+/// The column-family options of every L2 state, before its merge operator
+/// and TTL filter (public so that a baseline can use the very same):
+///
+/// * block cache from the [`L2Budget`], index and filter blocks charged to
+///   it (so the budget bounds them too) and L0's pinned (read on every get);
+/// * a 10-bit bloom filter per key: a get of a key L2 lacks (every first
+///   touch of a key, every L1 miss of a new key) costs no block read;
+/// * no compression in levels 0 and 1, LZ4 below: fresh data is rewritten
+///   soon by compaction, so compressing it costs CPU on every flush for
+///   little, and state values are often incompressible (random payloads,
+///   hashes); the bottom levels hold most of the bytes and compress what
+///   compresses (RocksDB's tuning guide recommends the same split);
+/// * memtables of at most 64 MiB each or the budget's write-buffer share
+///   over 4, whichever is smaller, so that several states fit the budget.
+pub fn l2_cf_options(budget: &L2Budget) -> Options {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&budget.cache);
     table.set_bloom_filter(10.0, false);
@@ -120,7 +134,27 @@ fn cf_options(desc: &StateDescriptor, budget: &L2Budget, clock: &Arc<Clock>) -> 
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     let mut opts = Options::default();
     opts.set_block_based_table_factory(&table);
-    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    use rocksdb::DBCompressionType::{Lz4, None as Plain};
+    opts.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
+    opts.set_write_buffer_size((budget.bytes / 8).clamp(4 << 20, 64 << 20));
+    opts
+}
+
+/// The database options of L2: memtables charged to the [`L2Budget`]'s
+/// write-buffer manager; at most 2 background jobs per store (flushes
+/// and compactions run in RocksDB's process-wide thread pools, which
+/// grow to the largest such figure, so stores share them rather than
+/// multiply them); 2 info logs kept.
+pub fn l2_db_options(budget: &L2Budget) -> Options {
+    let mut db_opts = Options::default();
+    db_opts.set_write_buffer_manager(&budget.write_buffers);
+    db_opts.set_max_background_jobs(2);
+    db_opts.set_keep_log_file_num(2);
+    db_opts
+}
+
+fn cf_options(desc: &StateDescriptor, budget: &L2Budget, clock: &Arc<Clock>) -> Options {
+    let mut opts = l2_cf_options(budget);
     if desc.kind == StateKind::List {
         let ttl = desc.ttl.map(|ttl| (ttl, clock.clone()));
         opts.set_merge_operator_associative("strata-list-concat", list_merge(ttl));
@@ -147,12 +181,9 @@ pub(crate) fn open(
     budget: &L2Budget,
     clock: &Arc<Clock>,
 ) -> Result<DB> {
-    let mut db_opts = Options::default();
+    let mut db_opts = l2_db_options(budget);
     db_opts.create_if_missing(true);
     db_opts.create_missing_column_families(true);
-    db_opts.set_write_buffer_manager(&budget.write_buffers);
-    db_opts.set_max_background_jobs(2);
-    db_opts.set_keep_log_file_num(2);
     let mut cfs: Vec<ColumnFamilyDescriptor> = states
         .iter()
         .map(|s| ColumnFamilyDescriptor::new(&s.name, cf_options(s, budget, clock)))

@@ -76,7 +76,7 @@ pub mod ttl;
 
 pub use error::{Result, StateError};
 pub use eviction::EvictionReport;
-pub use l2::L2Budget;
+pub use l2::{l2_cf_options, l2_db_options, L2Budget};
 pub use state::{ListState, ListView, MapState, StateDescriptor, StateKind, ValueState};
 pub use store::{
     ColdTier, ColdWrite, StateStore, StoreBuilder, TierStats, DEFAULT_MAX_LIST_BYTES,

@@ -3,12 +3,18 @@
 //! One [`StateStore`] serves one operator instance (Flink's keyed state
 //! backend). Reads go L1 → L2 → L3 and promote what they find into L1.
 //! Writes to value and list state are write-back: they land in L1 marked
-//! dirty; a dirty entry reaches L2 when L1 evicts it (the eviction listener
-//! writes it synchronously) or when [`StateStore::flush`] runs at a
-//! checkpoint barrier. Every tier operation runs under one tier lock, and
-//! moka runs its eviction listener inside the operation that caused the
-//! eviction, so a dirty entry leaving L1 is written to L2 before any other
-//! read can look for it: read-your-writes holds under concurrent eviction.
+//! dirty, changed in place when the key is there already (one moka lookup
+//! per state access); a list append to a key L1 lacks goes to an append
+//! buffer (a hash map beside L1), without reading the list. A dirty entry
+//! reaches L2 when L1 evicts it (the eviction listener moves it into that
+//! buffer, which reads consult) and when [`StateStore::flush`] writes the
+//! buffer and the dirty set — the entries made dirty since the last flush,
+//! not a scan of L1 — in one `WriteBatch` at a checkpoint barrier. The
+//! buffer is also written, as one batch, whenever it fills. Every tier operation runs under one tier lock
+//! (uncontended when one task owns the store), and moka runs its eviction
+//! listener inside the operation that caused the eviction, so a dirty entry
+//! leaving L1 is written to L2 before any other read can look for it:
+//! read-your-writes holds under concurrent eviction.
 
 use crate::codec;
 use crate::error::{Result, StateError};
@@ -22,7 +28,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::any::{Any, TypeId};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// The cold tier (L3) as the store sees it: read on an L2 miss, written when
 /// cold keys leave L2 after a checkpoint completed. An embedded run has none;
@@ -69,23 +75,42 @@ pub struct ColdWrite<'a> {
 }
 
 pub(crate) type AnyValue = Arc<dyn Any + Send + Sync>;
+
+/// An L2 write: its bytes, and whether they are list elements appended to
+/// what L2 holds (a RocksDB merge) rather than the whole value.
+pub(crate) struct Encoded {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) append: bool,
+}
+
 /// Encodes an L1 entry for L2; `with_cold` says whether lists must say
 /// whether they are complete (see [`crate::codec`]).
-type EncodeFn = fn(&str, &Slot, bool) -> Result<Vec<u8>>;
+type EncodeFn = fn(&str, &Slot, bool) -> Result<Encoded>;
+
+/// The key type of L1: `[state id][stored key]`, shared by moka and the slot.
+pub(crate) type L1Key = Arc<[u8]>;
 
 /// One L1 entry: a deserialised value, its write timestamp and whether L2
 /// lacks it. The value sits behind a mutex so that a list can be appended
 /// to in place (no copy, no re-insertion) while moka holds the entry.
 pub(crate) struct Slot {
+    pub(crate) key: L1Key,
     pub(crate) state: u16,
     ts: AtomicI64,
     value: Mutex<AnyValue>,
     pub(crate) weight: AtomicU32,
     pub(crate) dirty: AtomicBool,
+    /// Set when moka removed the entry (evicted, replaced or invalidated):
+    /// a slot found by a lookup whose own housekeeping removed it must not
+    /// be changed in place (the change would be lost).
+    gone: AtomicBool,
 }
 
 impl Slot {
+    /// A slot for L1 key `key`. A dirty one must be registered with
+    /// [`StoreInner::l1_insert`], which puts it in the dirty set.
     pub(crate) fn new(
+        key: L1Key,
         state: u16,
         ts: i64,
         value: AnyValue,
@@ -93,12 +118,30 @@ impl Slot {
         dirty: bool,
     ) -> Arc<Self> {
         Arc::new(Self {
+            key,
             state,
             ts: AtomicI64::new(ts),
             value: Mutex::new(value),
             weight: AtomicU32::new(weight.min(u32::MAX as usize) as u32),
             dirty: AtomicBool::new(dirty),
+            gone: AtomicBool::new(false),
         })
+    }
+
+    /// A new slot taking over this one's value, timestamp and dirtiness,
+    /// weighing `weight` (moka re-weighs an entry only when it is inserted
+    /// anew; this slot is then replaced and marked gone).
+    pub(crate) fn reweighed(&self, weight: usize) -> Arc<Self> {
+        let value = self.update(|v| std::mem::replace(v, Arc::new(())));
+        let dirty = self.dirty.swap(false, Ordering::AcqRel);
+        Self::new(
+            self.key.clone(),
+            self.state,
+            self.ts(),
+            value,
+            weight,
+            dirty,
+        )
     }
 
     /// When the value was written (ms; drives TTL).
@@ -106,11 +149,9 @@ impl Slot {
         self.ts.load(Ordering::Relaxed)
     }
 
-    /// Replaces the value in place, written at `ts`, and marks it dirty.
-    pub(crate) fn replace(&self, ts: i64, value: AnyValue) {
-        *self.value.lock().unwrap_or_else(|p| p.into_inner()) = value;
+    /// Sets the write timestamp (ms).
+    pub(crate) fn set_ts(&self, ts: i64) {
         self.ts.store(ts, Ordering::Relaxed);
-        self.dirty.store(true, Ordering::Release);
     }
 
     /// The value (a cheap `Arc` clone).
@@ -223,12 +264,16 @@ pub(crate) struct Lower {
     pub(crate) write_opts: WriteOptions,
     pub(crate) counters: TierCounters,
     spill_failure: Mutex<Option<String>>,
+    /// Whether `spill_failure` holds one (checked on every operation).
+    spill_failed: AtomicBool,
+    /// Dirty entries L1 evicted, encoded, not yet written to L2.
+    spills: Mutex<Spills>,
     /// With a cold tier, spilled lists carry the base marker (they are complete).
     has_cold: bool,
 }
 
 impl Lower {
-    fn encode_slot(&self, slot: &Slot) -> Result<Vec<u8>> {
+    fn encode_slot(&self, slot: &Slot) -> Result<Encoded> {
         let meta = &self.states[usize::from(slot.state)];
         let (_, _, encode) = meta
             .encoder
@@ -247,29 +292,152 @@ impl Lower {
             .ok_or_else(|| StateError::UnknownState(name.to_owned()))
     }
 
-    fn spill(&self, stored_key: &[u8], slot: &Slot) -> Result<()> {
-        let bytes = self.encode_slot(slot)?;
-        self.db
-            .put_cf_opt(&self.cf(slot.state)?, stored_key, bytes, &self.write_opts)?;
+    /// Buffers an evicted dirty slot's write (see [`Lower::buffer`]).
+    fn spill(&self, slot: &Slot) -> Result<()> {
         self.counters.l1_spills.fetch_add(1, Ordering::Relaxed);
+        self.buffer(slot.key.clone(), self.encode_slot(slot)?)
+    }
+
+    /// Adds an L2 write to the buffer; writes the buffer to L2 as one
+    /// batch once it holds [`Spills::BATCH`] entries or kilobytes.
+    pub(crate) fn buffer(&self, key: L1Key, write: Encoded) -> Result<()> {
+        let full = lock(&self.spills).add(key, write);
+        if full {
+            self.write_spills()?;
+        }
         Ok(())
     }
 
-    fn on_evict(&self, l1_key: &[u8], slot: &Slot, cause: RemovalCause) {
-        if !cause.was_evicted() || !slot.dirty.load(Ordering::Acquire) {
+    /// Writes the buffered spills to L2 (see [`Spills`]).
+    pub(crate) fn write_spills(&self) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        self.batch_spills(&mut batch)?;
+        if !batch.is_empty() {
+            self.db.write_opt(batch, &self.write_opts)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the buffered spills into `batch`.
+    fn batch_spills(&self, batch: &mut WriteBatch) -> Result<()> {
+        let spills = std::mem::take(&mut *lock(&self.spills));
+        for (key, encoded) in spills.entries {
+            let cf = self.cf(u16::from_be_bytes([key[0], key[1]]))?;
+            if encoded.append {
+                batch.merge_cf(&cf, &key[2..], encoded.bytes);
+            } else {
+                batch.put_cf(&cf, &key[2..], encoded.bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// What L2 holds of `l1_key`, buffered spills included: a spilled value
+    /// replaces it, spilled appends follow it (as RocksDB's merge would).
+    fn get(&self, l1_key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
+        let spilled = lock(&self.spills)
+            .entries
+            .get(l1_key)
+            .map(|e| (e.bytes.clone(), e.append));
+        match spilled {
+            Some((bytes, false)) => Ok(Some(bytes)),
+            Some((appends, true)) => {
+                let mut v = self
+                    .db
+                    .get_cf(&self.cf(state)?, &l1_key[2..])?
+                    .unwrap_or_default();
+                v.extend_from_slice(&appends);
+                Ok(Some(v))
+            }
+            None => Ok(self.db.get_cf(&self.cf(state)?, &l1_key[2..])?),
+        }
+    }
+
+    fn on_evict(&self, slot: &Slot, cause: RemovalCause) {
+        slot.gone.store(true, Ordering::Release);
+        if !cause.was_evicted() || !slot.dirty.swap(false, Ordering::AcqRel) {
             return;
         }
-        if let Err(e) = self.spill(&l1_key[2..], slot) {
+        if let Err(e) = self.spill(slot) {
             if let Ok(mut failure) = self.spill_failure.lock() {
                 failure.get_or_insert_with(|| e.to_string());
             }
+            self.spill_failed.store(true, Ordering::Release);
         }
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// L2 writes waiting to be written in one batch (never one write per
+/// event): dirty entries L1 evicted, and list appends to keys L1 does not
+/// hold (appends to one key coalesce). Reads look here before L2, so an
+/// evicted entry or an append is never invisible; anything else that reads
+/// or writes L2 directly writes the buffer first.
+#[derive(Default)]
+struct Spills {
+    entries: std::collections::HashMap<L1Key, Encoded>,
+    bytes: usize,
+}
+
+impl Spills {
+    /// Entries, or kilobytes, after which the buffer is written.
+    const BATCH: usize = 4096;
+
+    /// Adds an evicted entry's write (appends follow what the buffer holds
+    /// of the key; a whole value replaces it); says whether it is full.
+    fn add(&mut self, key: L1Key, encoded: Encoded) -> bool {
+        self.bytes += encoded.bytes.len();
+        match self.entries.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut held) if encoded.append => {
+                held.get_mut().bytes.extend_from_slice(&encoded.bytes);
+            }
+            std::collections::hash_map::Entry::Occupied(mut held) => {
+                held.insert(encoded);
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(encoded);
+            }
+        }
+        self.entries.len() >= Self::BATCH || self.bytes >= Self::BATCH << 10
+    }
+}
+
+/// The slots made dirty since the last flush (weak: an evicted slot's
+/// value is freed at once; its write reached L2 when it left).
+#[derive(Default)]
+struct DirtySet {
+    slots: Vec<Weak<Slot>>,
+    /// Length after which dead entries are dropped (grows with the live ones).
+    compact_at: usize,
+}
+
+impl DirtySet {
+    fn push(&mut self, slot: &Arc<Slot>) {
+        self.slots.push(Arc::downgrade(slot));
+        if self.slots.len() > self.compact_at {
+            self.slots.retain(|w| {
+                w.upgrade().is_some_and(|s| {
+                    s.dirty.load(Ordering::Acquire) && !s.gone.load(Ordering::Acquire)
+                })
+            });
+            self.compact_at = (2 * self.slots.len()).max(4096);
+        }
+    }
+}
+
+/// moka's hasher here: xxh3, cheaper than the default SipHash on short keys
+/// (L1 keys are not chosen by an adversary who could flood one bucket: they
+/// are hashed into key groups with xxh3 anyway).
+pub(crate) type L1Hasher = xxhash_rust::xxh3::Xxh3DefaultBuilder;
+
 pub(crate) struct StoreInner {
     pub(crate) lower: Arc<Lower>,
-    pub(crate) l1: moka::sync::Cache<Vec<u8>, Arc<Slot>>,
+    pub(crate) l1: moka::sync::Cache<L1Key, Arc<Slot>, L1Hasher>,
+    dirty: Mutex<DirtySet>,
     tier_lock: Mutex<()>,
     pub(crate) clock: Arc<Clock>,
     record_ts: AtomicI64,
@@ -277,7 +445,7 @@ pub(crate) struct StoreInner {
     pub(crate) cold: Option<Arc<dyn ColdTier>>,
     pub(crate) eviction: crate::eviction::Eviction,
     /// L3 answers read ahead for a batch of keys (see [`StateStore::prefetch`]).
-    prefetched: Mutex<std::collections::HashMap<Vec<u8>, Found>>,
+    prefetched: Mutex<std::collections::HashMap<L1Key, Found>>,
     path: PathBuf,
     pub(crate) max_list_bytes: u64,
     /// Set by [`StateStore::close`].
@@ -285,6 +453,13 @@ pub(crate) struct StoreInner {
     /// Whether dropping the last handle flushes (see [`StoreBuilder::flush_on_drop`]).
     flush_on_drop: bool,
 }
+
+/// Bytes an L1 entry costs beyond its key and its value's weight: moka's
+/// entry (its hash table slot, entry info and access-order node), the slot,
+/// the shared key and the boxed value. Measured: 1 M `u64` values in an L1
+/// that holds them all raise RSS by 489 bytes each, 32 of them key and
+/// value (`examples/l1_memory.rs` in strata-bench).
+pub(crate) const SLOT_OVERHEAD: u32 = 456;
 
 /// The default per-key list limit (see [`StoreBuilder::max_list_bytes`]).
 pub const DEFAULT_MAX_LIST_BYTES: u64 = 256 << 20;
@@ -493,6 +668,8 @@ impl StoreBuilder {
             write_opts,
             counters: TierCounters::default(),
             spill_failure: Mutex::new(None),
+            spill_failed: AtomicBool::new(false),
+            spills: Mutex::default(),
             has_cold: self.cold.is_some(),
         });
         let listener_lower = lower.clone();
@@ -500,19 +677,20 @@ impl StoreBuilder {
             // moka stores nothing at capacity 0 and tells no listener, so
             // dirty entries would vanish; at 1 byte every entry spills to L2.
             .max_capacity(self.l1_capacity.max(1))
-            .weigher(|k: &Vec<u8>, s: &Arc<Slot>| {
+            .weigher(|k: &L1Key, s: &Arc<Slot>| {
                 (k.len() as u32)
                     .saturating_add(s.weight.load(Ordering::Relaxed))
-                    .saturating_add(64)
+                    .saturating_add(SLOT_OVERHEAD)
             })
-            .eviction_listener(move |k: Arc<Vec<u8>>, s: Arc<Slot>, cause| {
-                listener_lower.on_evict(&k, &s, cause)
+            .eviction_listener(move |_k: Arc<L1Key>, s: Arc<Slot>, cause| {
+                listener_lower.on_evict(&s, cause)
             })
-            .build();
+            .build_with_hasher(L1Hasher::default());
         let store = StateStore {
             inner: Arc::new(StoreInner {
                 lower,
                 l1,
+                dirty: Mutex::default(),
                 tier_lock: Mutex::new(()),
                 clock,
                 record_ts: AtomicI64::new(i64::MIN),
@@ -806,6 +984,7 @@ impl StateStore {
         let mut wanted = std::collections::BTreeSet::new();
         {
             let _tiers = inner.lock_tiers()?;
+            inner.lower.write_spills()?;
             inner.lock_prefetched().clear();
             for key in keys {
                 for &state in &states {
@@ -920,24 +1099,60 @@ impl StoreInner {
             .map_or(first, Ok)
     }
 
-    /// Writes every dirty L1 entry to L2 in one batch.
+    /// Writes the dirty set to L2 in one batch: the slots made dirty since
+    /// the last flush that are still in L1 and dirty (one that left L1 was
+    /// written then), after the buffered writes (older than them).
     fn flush_dirty(&self) -> Result<()> {
         let _tiers = self.lock_tiers()?;
         let lower = &self.lower;
+        let slots = std::mem::take(&mut lock(&self.dirty).slots);
         let mut batch = WriteBatch::default();
-        for (key, slot) in self.l1.iter() {
-            if slot.dirty.swap(false, Ordering::AcqRel) {
-                batch.put_cf(&lower.cf(slot.state)?, &key[2..], lower.encode_slot(&slot)?);
+        // Evicted writes first: a slot dirty in L1 now is newer.
+        lower.batch_spills(&mut batch)?;
+        let mut written = Vec::with_capacity(slots.len());
+        for slot in slots.iter().filter_map(Weak::upgrade) {
+            if slot.gone.load(Ordering::Acquire) || !slot.dirty.load(Ordering::Acquire) {
+                continue;
             }
+            let encoded = lower.encode_slot(&slot)?;
+            batch.put_cf(&lower.cf(slot.state)?, &slot.key[2..], encoded.bytes);
+            written.push(slot);
         }
         lower.db.write_opt(batch, &lower.write_opts)?;
+        for slot in written {
+            slot.dirty.store(false, Ordering::Release);
+        }
         Ok(())
+    }
+
+    /// Appends encoded list elements to what L2 holds of `l1_key`, through
+    /// the write buffer (a batched RocksDB merge).
+    pub(crate) fn buffer_append(&self, l1_key: L1Key, elements: Vec<u8>) -> Result<()> {
+        self.eviction.touch(&l1_key);
+        let write = Encoded {
+            bytes: elements,
+            append: true,
+        };
+        self.lower.buffer(l1_key, write)
+    }
+
+    /// Marks an L1 slot dirty, adding it to the dirty set if it was clean.
+    pub(crate) fn mark_dirty(&self, slot: &Arc<Slot>) {
+        if !slot.dirty.swap(true, Ordering::AcqRel) {
+            self.dirty
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(slot);
+        }
     }
 
     pub(crate) fn lock_tiers(&self) -> Result<MutexGuard<'_, ()>> {
         let guard = self.tier_lock.lock().unwrap_or_else(|p| p.into_inner());
         if self.closed.load(Ordering::Acquire) {
             return Err(StateError::Closed(self.path.clone()));
+        }
+        if !self.lower.spill_failed.load(Ordering::Acquire) {
+            return Ok(guard);
         }
         if let Some(failure) = self.lower.spill_failure.lock().ok().and_then(|f| f.clone()) {
             return Err(StateError::Corrupt {
@@ -978,7 +1193,12 @@ impl StoreInner {
     }
 
     /// Builds the L1 key (`[state][stored key][suffix]`) of `key`.
-    pub(crate) fn l1_key(&self, state: u16, key: &[u8], suffix: &[u8]) -> Vec<u8> {
+    pub(crate) fn l1_key(&self, state: u16, key: &[u8], suffix: &[u8]) -> L1Key {
+        self.l1_key_vec(state, key, suffix).into()
+    }
+
+    /// [`StoreInner::l1_key`] as a vector.
+    pub(crate) fn l1_key_vec(&self, state: u16, key: &[u8], suffix: &[u8]) -> Vec<u8> {
         let mut k = Vec::with_capacity(2 + 6 + key.len() + suffix.len());
         k.extend_from_slice(&state.to_be_bytes());
         let kg = crate::key_group::key_group_of(key, self.max_parallelism);
@@ -1002,13 +1222,22 @@ impl StoreInner {
         got
     }
 
-    /// [`StoreInner::l1_get`] without counting (for writes).
+    /// [`StoreInner::l1_get`] without counting (for writes): one moka
+    /// lookup, and the slot only if it is still in L1 (a lookup's own
+    /// housekeeping may evict it).
     pub(crate) fn l1_peek(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
-        self.l1.get(l1_key).filter(|_| self.l1.contains_key(l1_key))
+        self.l1
+            .get(l1_key)
+            .filter(|slot| !slot.gone.load(Ordering::Acquire))
     }
 
-    pub(crate) fn l1_insert(&self, l1_key: Vec<u8>, slot: Arc<Slot>) {
-        self.l1.insert(l1_key, slot);
+    /// Puts a slot in L1 (replacing what L1 held of its key), and a dirty
+    /// one in the dirty set.
+    pub(crate) fn l1_insert(&self, slot: Arc<Slot>) {
+        if slot.dirty.load(Ordering::Acquire) {
+            lock(&self.dirty).push(&slot);
+        }
+        self.l1.insert(slot.key.clone(), slot);
     }
 
     /// Reads the encoded value of an L1 key from L2, then L3.
@@ -1026,7 +1255,7 @@ impl StoreInner {
     fn lower_get_untimed(&self, l1_key: &[u8]) -> Result<Lookup> {
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let c = &self.lower.counters;
-        let in_l2 = self.lower.db.get_cf(&self.lower.cf(state)?, &l1_key[2..])?;
+        let in_l2 = self.lower.get(l1_key)?;
         if in_l2.is_some() {
             self.eviction.touch(l1_key);
         }
@@ -1065,7 +1294,7 @@ impl StoreInner {
 
     pub(crate) fn lock_prefetched(
         &self,
-    ) -> MutexGuard<'_, std::collections::HashMap<Vec<u8>, Found>> {
+    ) -> MutexGuard<'_, std::collections::HashMap<L1Key, Found>> {
         self.prefetched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -1090,6 +1319,7 @@ impl StoreInner {
     }
 
     pub(crate) fn l2_put(&self, l1_key: &[u8], bytes: &[u8]) -> Result<()> {
+        self.lower.write_spills()?;
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let lower = &self.lower;
         Ok(lower
@@ -1097,20 +1327,12 @@ impl StoreInner {
             .put_cf_opt(&lower.cf(state)?, &l1_key[2..], bytes, &lower.write_opts)?)
     }
 
-    pub(crate) fn l2_merge(&self, l1_key: &[u8], bytes: &[u8]) -> Result<()> {
-        self.eviction.touch(l1_key);
-        let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
-        let lower = &self.lower;
-        Ok(lower
-            .db
-            .merge_cf_opt(&lower.cf(state)?, &l1_key[2..], bytes, &lower.write_opts)?)
-    }
-
     /// Removes a key from every tier this store writes. With a cold tier,
     /// L2 keeps a tombstone (an empty complete list for list state) until
     /// the deletion reaches L3.
     pub(crate) fn remove(&self, l1_key: &[u8]) -> Result<()> {
         self.l1.invalidate(l1_key);
+        self.lower.write_spills()?;
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let lower = &self.lower;
         let cf = lower.cf(state)?;
@@ -1139,6 +1361,7 @@ impl StoreInner {
         mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
         let lower = &self.lower;
+        lower.write_spills()?;
         let cf = lower.cf(state)?;
         let mut it = lower.db.raw_iterator_cf(&cf);
         it.seek(prefix);
