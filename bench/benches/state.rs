@@ -1,6 +1,8 @@
 //! criterion micro-benchmarks of the state hot paths, so that regressions
 //! show: a `ValueState` get and update answered by L1, the same answered by
-//! L2 (an L1 far smaller than the keys), and `ListState::add`.
+//! L2 (an L1 far smaller than the keys, the keys in compacted SST files,
+//! not the memtable), a read-modify-write (`get` then `update`) of an L1
+//! key, `ListState::add`, and a checkpoint of 100,000 dirty keys.
 //!
 //! ```text
 //! cargo bench -p strata-bench --bench state
@@ -40,6 +42,8 @@ impl Fixture {
             count.update(&user.to_be_bytes(), user).expect("update");
         }
         store.flush().expect("flush");
+        // Into SST files, compacted: an L2 read then reads a file.
+        store.compact().expect("compact");
         Self {
             history: store.list_state("history").expect("history state"),
             count,
@@ -68,6 +72,16 @@ fn value_state(c: &mut Criterion, tier: &str, l1_bytes: u64) {
     c.bench_function(&format!("{tier} put"), |b| {
         b.iter_batched(keys(), |k| f.count.update(&k, 1), BatchSize::SmallInput)
     });
+    c.bench_function(&format!("{tier} read-modify-write"), |b| {
+        b.iter_batched(
+            keys(),
+            |k| {
+                let n = f.count.get(&k)?.unwrap_or(0);
+                f.count.update(&k, n + 1)
+            },
+            BatchSize::SmallInput,
+        )
+    });
     black_box(f.store.stats());
 }
 
@@ -92,5 +106,26 @@ fn list_add(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, l1, l2, list_add);
+/// A checkpoint (flush of the dirty set, RocksDB checkpoint) after
+/// 100,000 keys were updated in L1.
+fn checkpoint(c: &mut Criterion) {
+    let f = Fixture::new(256 << 20);
+    let dirs = tempfile::tempdir().expect("temporary directory");
+    let mut id = 0u64;
+    c.bench_function("checkpoint of 100,000 dirty keys", |b| {
+        b.iter_batched(
+            || {
+                for user in 0..KEYS {
+                    f.count.update(&user.to_be_bytes(), id).expect("update");
+                }
+                id += 1;
+                dirs.path().join(format!("chk-{id}"))
+            },
+            |dir| f.store.checkpoint(&dir, id),
+            BatchSize::PerIteration,
+        )
+    });
+}
+
+criterion_group!(benches, l1, l2, list_add, checkpoint);
 criterion_main!(benches);

@@ -32,6 +32,11 @@ pub trait Backend: Send {
     }
     /// The user's event count (for verification).
     fn count(&mut self, user: u64) -> Result<u64, BenchError>;
+    /// The user's history as stored, oldest first (for verification);
+    /// `None` from a backend that does not read histories back.
+    fn history(&mut self, _user: u64) -> Result<Option<Vec<Event>>, BenchError> {
+        Ok(None)
+    }
     /// Tier figures, where the backend has tiers.
     fn tiers(&self) -> Option<TierStats> {
         None
@@ -54,7 +59,8 @@ pub struct Budget {
     pub l2_capacity: u64,
 }
 
-const KEEP_NAIVE: usize = 100;
+/// Events the `naive` form keeps per user.
+pub const KEEP_NAIVE: usize = 100;
 
 /// The history state of the update form: a list appended to, or the
 /// naive form's whole list as one value.
@@ -153,6 +159,14 @@ impl Backend for Embedded {
         Ok(self.count.get(&user.to_be_bytes())?.unwrap_or(0))
     }
 
+    fn history(&mut self, user: u64) -> Result<Option<Vec<Event>>, BenchError> {
+        let key = user.to_be_bytes();
+        Ok(Some(match &self.history {
+            History::Add(list) => list.get(&key)?.iter().cloned().collect(),
+            History::Naive(recent) => recent.get(&key)?.unwrap_or_default(),
+        }))
+    }
+
     fn tiers(&self) -> Option<TierStats> {
         Some(self.store.stats())
     }
@@ -168,7 +182,10 @@ impl Backend for Embedded {
     }
 }
 
-/// The same updates straight into RocksDB.
+/// The same updates straight into RocksDB: a column family per state, the
+/// options of strata's L2 (see [`strata_cache::l2_table_options`]), and
+/// L1's memory added to the block cache, so it has the memory strata has.
+/// Its lists are not trimmed by TTL (strata's are), which spares it work.
 pub struct RocksDbRaw {
     db: rocksdb::DB,
     write: rocksdb::WriteOptions,
@@ -184,43 +201,35 @@ fn concat(_: &[u8], existing: Option<&[u8]>, ops: &rocksdb::MergeOperands) -> Op
 }
 
 impl RocksDbRaw {
-    /// A database in `dir` with strata's L2 options.
+    /// A database in `dir` with strata's L2 options and memory.
     pub fn open(dir: &Path, w: &Workload, budget: Budget) -> Result<Self, BenchError> {
-        let cache = rocksdb::Cache::new_lru_cache(budget.l2_bytes);
-        let buffers = rocksdb::WriteBufferManager::new_write_buffer_manager_with_cache(
-            budget.l2_bytes / 2,
-            false,
-            cache.clone(),
-        );
-        let mut table = rocksdb::BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(10.0, false);
-        table.set_cache_index_and_filter_blocks(true);
-        let mut opts = rocksdb::Options::default();
+        let l2 = strata_cache::L2Budget::new(budget.l2_bytes + budget.l1_bytes as usize);
+        let cf = |name: &str| {
+            let mut opts = strata_cache::l2_cf_options(&l2);
+            opts.set_merge_operator_associative("concat", concat);
+            rocksdb::ColumnFamilyDescriptor::new(name, opts)
+        };
+        let mut opts = strata_cache::l2_db_options(&l2);
         opts.create_if_missing(true);
-        opts.set_block_based_table_factory(&table);
-        opts.set_write_buffer_manager(&buffers);
-        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        opts.set_merge_operator_associative("concat", concat);
+        opts.create_missing_column_families(true);
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(true);
         Ok(Self {
-            db: rocksdb::DB::open(&opts, dir)?,
+            db: rocksdb::DB::open_cf_descriptors(&opts, dir, [cf("history"), cf("count")])?,
             write,
             form: w.form,
         })
     }
 
-    fn key(user: u64, tag: u8) -> [u8; 9] {
-        let mut k = [tag; 9];
-        k[1..].copy_from_slice(&user.to_be_bytes());
-        k
+    fn cf(&self, name: &str) -> Result<Arc<rocksdb::BoundColumnFamily<'_>>, BenchError> {
+        Ok(self.db.cf_handle(name).ok_or("column family missing")?)
     }
 }
 
 impl Backend for RocksDbRaw {
     fn apply(&mut self, user: u64, event: Event) -> Result<(), BenchError> {
-        let list_key = Self::key(user, b'h');
+        let key = user.to_be_bytes();
+        let history = self.cf("history")?;
         match self.form {
             Form::ListAdd => {
                 let body = postcard::to_stdvec(&event)?;
@@ -228,10 +237,10 @@ impl Backend for RocksDbRaw {
                 element.extend_from_slice(&event.ts.to_be_bytes());
                 element.extend_from_slice(&(body.len() as u32).to_be_bytes());
                 element.extend_from_slice(&body);
-                self.db.merge_opt(list_key, element, &self.write)?;
+                self.db.merge_cf_opt(&history, key, element, &self.write)?;
             }
             Form::Naive => {
-                let mut recent: Vec<Event> = match self.db.get_pinned(list_key)? {
+                let mut recent: Vec<Event> = match self.db.get_pinned_cf(&history, key)? {
                     Some(bytes) => postcard::from_bytes(&bytes)?,
                     None => Vec::new(),
                 };
@@ -240,21 +249,54 @@ impl Backend for RocksDbRaw {
                     recent.remove(0);
                 }
                 self.db
-                    .put_opt(list_key, postcard::to_stdvec(&recent)?, &self.write)?;
+                    .put_cf_opt(&history, key, postcard::to_stdvec(&recent)?, &self.write)?;
             }
         }
-        let count_key = Self::key(user, b'c');
+        drop(history);
         let n = self.count(user)?;
+        let count = self.cf("count")?;
         Ok(self
             .db
-            .put_opt(count_key, (n + 1).to_be_bytes(), &self.write)?)
+            .put_cf_opt(&count, key, (n + 1).to_be_bytes(), &self.write)?)
     }
 
     fn count(&mut self, user: u64) -> Result<u64, BenchError> {
-        Ok(match self.db.get_pinned(Self::key(user, b'c'))? {
-            Some(b) => u64::from_be_bytes(b.as_ref().try_into()?),
-            None => 0,
-        })
+        Ok(
+            match self
+                .db
+                .get_pinned_cf(&self.cf("count")?, user.to_be_bytes())?
+            {
+                Some(b) => u64::from_be_bytes(b.as_ref().try_into()?),
+                None => 0,
+            },
+        )
+    }
+
+    fn history(&mut self, user: u64) -> Result<Option<Vec<Event>>, BenchError> {
+        let Some(bytes) = self
+            .db
+            .get_pinned_cf(&self.cf("history")?, user.to_be_bytes())?
+        else {
+            return Ok(Some(Vec::new()));
+        };
+        if self.form == Form::Naive {
+            return Ok(Some(postcard::from_bytes(&bytes)?));
+        }
+        // Elements as `apply` writes them: [ts: 8][length: 4][postcard body].
+        let mut events = Vec::new();
+        let mut rest: &[u8] = &bytes;
+        while !rest.is_empty() {
+            let len = rest
+                .get(8..12)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                .ok_or("a truncated list element in rocksdb-raw")?;
+            let body = rest
+                .get(12..12 + len)
+                .ok_or("a truncated list element in rocksdb-raw")?;
+            events.push(postcard::from_bytes(body)?);
+            rest = &rest[12 + len..];
+        }
+        Ok(Some(events))
     }
 }
 
@@ -277,6 +319,17 @@ impl Memory {
     }
 }
 
+#[cfg(test)]
+impl Memory {
+    /// Changes a user's history behind the backend's back (to test the
+    /// verification).
+    pub fn tamper(&mut self, user: u64, f: impl FnOnce(&mut VecDeque<Event>)) {
+        if let Some((history, _)) = self.users.get_mut(&user) {
+            f(history);
+        }
+    }
+}
+
 impl Backend for Memory {
     fn apply(&mut self, user: u64, event: Event) -> Result<(), BenchError> {
         let (history, count) = self.users.entry(user).or_default();
@@ -294,5 +347,13 @@ impl Backend for Memory {
 
     fn count(&mut self, user: u64) -> Result<u64, BenchError> {
         Ok(self.users.get(&user).map_or(0, |(_, n)| *n))
+    }
+
+    fn history(&mut self, user: u64) -> Result<Option<Vec<Event>>, BenchError> {
+        Ok(Some(
+            self.users
+                .get(&user)
+                .map_or_else(Vec::new, |(h, _)| h.iter().cloned().collect()),
+        ))
     }
 }

@@ -19,11 +19,13 @@
 mod backends;
 mod cassandra;
 mod checkpointing;
+mod flink;
 mod plots;
 mod recovery;
 mod report;
 mod runner;
 mod timeline;
+mod verify;
 mod workload;
 
 use clap::Parser;

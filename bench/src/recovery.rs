@@ -5,7 +5,7 @@
 
 use crate::backends::{Backend, BenchError, Budget};
 use crate::cassandra::Target;
-use crate::runner::{count_all, join_all, worker_dir, Context, Mode};
+use crate::runner::{join_all, verify_all, worker_dir, Context, Mode};
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -20,8 +20,12 @@ pub struct Recovery {
     pub events: u64,
     /// The sum of the restored per-user counts.
     pub counted: u64,
-    /// Whether the restored per-user counts add up to those events.
+    /// Whether the restored state matched the model of those events
+    /// (counts and histories; see [`crate::verify`]).
     pub verified: bool,
+    /// What the verification compared.
+    #[serde(default)]
+    pub verification: crate::verify::Verification,
 }
 
 /// Keeps applying the workload's events again (without checkpoints) to the
@@ -79,21 +83,20 @@ pub fn recover(
             .collect();
         join_all(handles)
     });
-    let mut workers = Vec::new();
+    let (mut backends, mut held) = (Vec::new(), Vec::new());
     for r in restored {
-        workers.push(r?);
+        let (backend, events) = r?;
+        backends.push(backend);
+        held.push(events);
     }
     ready();
-    let (mut events, mut counted) = (0, 0);
-    for (t, (mut backend, held)) in workers.into_iter().enumerate() {
-        events += held;
-        let users: Vec<u64> = w.events(t as u32).users().collect();
-        counted += count_all(backend.as_mut(), &users)?;
-    }
+    let verification = verify_all(&mut backends, w, &held)?;
+    let events = held.iter().sum();
     Ok(Recovery {
         restore_ms: 0.0,
         events,
-        counted,
-        verified: counted == events && events == w.events,
+        counted: verification.counted,
+        verified: verification.passed() && events == w.events,
+        verification,
     })
 }

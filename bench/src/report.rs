@@ -47,6 +47,7 @@ struct Entry {
     report: ModeReport,
     ratio_to_rocksdb_raw: Option<f64>,
     ratio_to_cassandra_per_record: Option<f64>,
+    ratio_to_flink: Option<f64>,
 }
 
 /// The mode's name on the command line.
@@ -160,7 +161,7 @@ fn run_mode(
         let recovery: Recovery = serde_json::from_str(&restore.line()?)?;
         restore.wait()?;
         if !recovery.verified {
-            return Err(format!("mode {name} lost events in its restore: the restored per-user counts add up to {} of the {} events its checkpoints hold (of {} in the run)", recovery.counted, recovery.events, plan.workload.events).into());
+            return Err(format!("mode {name}'s restored state is wrong: the restored per-user counts add up to {} of the {} events its checkpoints hold (of {} in the run); {}", recovery.counted, recovery.events, plan.workload.events, recovery.verification.mismatch.as_deref().unwrap_or("no history differed")).into());
         }
         report.recovery = Some(Recovery {
             restore_ms,
@@ -201,7 +202,16 @@ fn run_modes(
 ) -> Result<BTreeMap<String, ModeReport>, BenchError> {
     let mut results = BTreeMap::new();
     for &mode in plan.modes {
-        let report = run_mode(mode, plan, args, run_id)?;
+        let report = if mode == Mode::Flink {
+            if let Some(why) = crate::flink::unavailable(plan.workload) {
+                eprintln!("strata-bench: notice: mode flink skipped: {why}");
+                results.insert(mode_name(mode), skipped(why));
+                continue;
+            }
+            crate::flink::run(plan.workload, plan.out)?
+        } else {
+            run_mode(mode, plan, args, run_id)?
+        };
         eprintln!(
             "{:>20}: {:.0} events/s, p99 {:.1} µs, peak RSS {} MB, verified {}{}",
             mode_name(mode),
@@ -214,10 +224,14 @@ fn run_modes(
                 r.restore_ms
             ))
         );
-        if !report.verified {
+        if !report.verified && report.external.is_none() {
+            let v = report.verification.clone().unwrap_or_default();
             return Err(format!(
-                "mode {} lost events: the per-user counts do not add up",
-                mode_name(mode)
+                "mode {}'s state is wrong: the per-user counts add up to {} of {} events; {}",
+                mode_name(mode),
+                v.counted,
+                report.events,
+                v.mismatch.as_deref().unwrap_or("no history differed")
             )
             .into());
         }
@@ -226,11 +240,24 @@ fn run_modes(
     Ok(results)
 }
 
+/// The report of a mode that could not run: no figures, and why.
+fn skipped(why: String) -> ModeReport {
+    ModeReport {
+        events_per_sec: f64::NAN,
+        external: Some(format!("skipped: {why}")),
+        ..ModeReport::default()
+    }
+}
+
 /// Writes report.json, report.md and the plots of `results` into the plan's `out`.
 fn write_report(plan: &Plan<'_>, results: BTreeMap<String, ModeReport>) -> Result<(), BenchError> {
     let out = plan.out;
     let baseline = |mode: &str| results.get(mode).map(|r| r.events_per_sec);
-    let (raw, per_record) = (baseline("rocksdb-raw"), baseline("cassandra-per-record"));
+    let (raw, per_record, flink) = (
+        baseline("rocksdb-raw"),
+        baseline("cassandra-per-record"),
+        baseline("flink").filter(|f| f.is_finite()),
+    );
     let modes = results
         .into_iter()
         .map(|(name, report)| {
@@ -238,6 +265,7 @@ fn write_report(plan: &Plan<'_>, results: BTreeMap<String, ModeReport>) -> Resul
             let entry = Entry {
                 ratio_to_rocksdb_raw: ratio(raw),
                 ratio_to_cassandra_per_record: ratio(per_record),
+                ratio_to_flink: ratio(flink),
                 report,
             };
             (name, entry)
@@ -324,25 +352,51 @@ fn num(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".to_owned(), |x| format!("{x:.digits$}"))
 }
 
+/// The verification column: what was compared, or why nothing was.
+fn verified(m: &ModeReport) -> String {
+    if let Some(external) = &m.external {
+        return external.clone();
+    }
+    let Some(v) = &m.verification else {
+        return if m.verified { "yes" } else { "no" }.into();
+    };
+    let what = if v.elements > 0 {
+        format!(
+            "{} users' counts and {} history elements",
+            v.users, v.elements
+        )
+    } else {
+        format!("{} users' counts (histories not read back)", v.users)
+    };
+    format!("{} ({what})", if m.verified { "yes" } else { "NO" })
+}
+
 fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
     let w = r.workload;
     let mut md = format!(
         "# strata-bench report\n\n{} users, {} events, form {}, Zipf {}, {} B payload, {}-day history over {} days of event time, {} workers, a checkpoint every {} events per worker; {} cores, {}.\n\n\
          ## Throughput and latency\n\n\
-         | mode | events/s | ratio to rocksdb-raw | ratio to cassandra-per-record | p50 µs | p99 µs | p99.9 µs | peak RSS MB |\n|---|---|---|---|---|---|---|---|\n",
+         | mode | events/s | ratio to rocksdb-raw | ratio to cassandra-per-record | ratio to flink | p50 µs | p99 µs | p99.9 µs | peak RSS MB | state verified |\n|---|---|---|---|---|---|---|---|---|---|\n",
         w.users, w.events, w.form, w.zipf, w.payload, w.history_days, w.spread_days, w.threads, w.checkpoint_every, r.machine.cores, r.machine.date
     );
     for (name, e) in &r.modes {
         let m = &e.report;
+        let finite = |x: f64| Some(x).filter(|x| x.is_finite());
         md += &format!(
-            "| {name} | {:.0} | {} | {} | {:.1} | {:.1} | {:.1} | {} |\n",
-            m.events_per_sec,
-            num(e.ratio_to_rocksdb_raw, 2),
-            num(e.ratio_to_cassandra_per_record, 1),
-            m.latency_us.p50,
-            m.latency_us.p99,
-            m.latency_us.p999,
-            m.peak_rss_bytes >> 20,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            num(finite(m.events_per_sec), 0),
+            num(e.ratio_to_rocksdb_raw.and_then(finite), 2),
+            num(e.ratio_to_cassandra_per_record.and_then(finite), 1),
+            num(e.ratio_to_flink.and_then(finite), 2),
+            num(finite(m.latency_us.p50), 1),
+            num(finite(m.latency_us.p99), 1),
+            num(finite(m.latency_us.p999), 1),
+            if m.peak_rss_bytes > 0 {
+                (m.peak_rss_bytes >> 20).to_string()
+            } else {
+                "–".into()
+            },
+            verified(m),
         );
     }
     md += "\n## Tiers, checkpoints and recovery\n\n\

@@ -1,7 +1,7 @@
 //! Runs one mode over the workload in this process and measures it:
 //! events/s, per-event latency (HdrHistogram), a timeline of progress and
 //! tier sizes (see [`crate::timeline`]), peak RSS, tier and checkpoint
-//! figures, and a verification that every event was counted.
+//! figures, and a verification of the whole state (see [`crate::verify`]).
 
 use crate::backends::{Backend, BenchError, Budget, Embedded, Memory, RocksDbRaw};
 use crate::cassandra::{PerRecord, Target};
@@ -31,6 +31,9 @@ pub enum Mode {
     /// Read-modify-write of Cassandra on every event (the design strata
     /// replaces: no local state, two round trips per event).
     CassandraPerRecord,
+    /// The same workload as an Apache Flink 2.3 job with its RocksDB state
+    /// backend (see [`crate::flink`]); needs Java 17.
+    Flink,
 }
 
 impl Mode {
@@ -45,8 +48,8 @@ impl Mode {
     }
 }
 
-/// Per-event latency percentiles, microseconds.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+/// Per-event latency percentiles, microseconds (NaN: not measured).
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Latency {
     /// Median.
     pub p50: f64,
@@ -57,7 +60,7 @@ pub struct Latency {
 }
 
 /// One mode's figures.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ModeReport {
     /// Events applied.
     pub events: u64,
@@ -68,8 +71,16 @@ pub struct ModeReport {
     pub latency_us: Latency,
     /// Peak resident set of the process that ran the mode.
     pub peak_rss_bytes: u64,
-    /// Whether the per-user counts add up to the events applied.
+    /// Whether the whole state matched the model (every count, every
+    /// history element newer than the check cutoff; see [`crate::verify`]).
     pub verified: bool,
+    /// What the verification compared.
+    #[serde(default)]
+    pub verification: Option<crate::verify::Verification>,
+    /// For a mode run by another program (`flink`): what ran, and why
+    /// this harness could not verify its state.
+    #[serde(default)]
+    pub external: Option<String>,
     /// L1 hit ratio (tiered modes).
     pub l1_hit_ratio: Option<f64>,
     /// L2 hit ratio among L1 misses (tiered modes).
@@ -118,6 +129,7 @@ fn open(
         Mode::RocksdbRaw => Box::new(RocksDbRaw::open(dir, w, budget)?),
         Mode::Memory => Box::new(Memory::new(w)),
         Mode::CassandraPerRecord => Box::new(PerRecord::open(target, w)?),
+        Mode::Flink => return Err("mode flink runs the Flink peer, not a backend here".into()),
     })
 }
 
@@ -154,7 +166,6 @@ pub struct Worker {
     /// From the start to the last event applied and the last checkpoint.
     elapsed: Duration,
     events: u64,
-    counted: u64,
     tiers: Option<TierStats>,
     checkpoints: Option<CheckpointFigures>,
     backend: Box<dyn Backend>,
@@ -197,17 +208,27 @@ impl Context<'_> {
     }
 }
 
-/// The sum of the users' counts, read ahead a batch at a time.
-pub fn count_all(backend: &mut dyn Backend, users: &[u64]) -> Result<u64, BenchError> {
-    let mut sum = 0;
-    for batch in users.chunks(BATCH) {
-        check_parent()?;
-        backend.prefetch(batch)?;
-        for &user in batch {
-            sum += backend.count(user)?;
-        }
+/// Verifies every worker's backend (one thread each) holding `events[t]`
+/// of its events; the outcomes summed.
+pub fn verify_all(
+    backends: &mut [Box<dyn Backend>],
+    w: &Workload,
+    events: &[u64],
+) -> Result<crate::verify::Verification, BenchError> {
+    let outcomes = std::thread::scope(|s| {
+        let handles: Vec<_> = backends
+            .iter_mut()
+            .zip(events)
+            .enumerate()
+            .map(|(t, (b, &n))| s.spawn(move || crate::verify::check(b.as_mut(), w, t as u32, n)))
+            .collect();
+        join_all(handles)
+    });
+    let mut total = crate::verify::Verification::default();
+    for outcome in outcomes {
+        total.merge(outcome?);
     }
-    Ok(sum)
+    Ok(total)
 }
 
 fn work(
@@ -220,7 +241,6 @@ fn work(
     let begun = Instant::now();
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
     let mut events = cx.w.events(thread);
-    let users: Vec<u64> = events.users().collect();
     let mut applied: u64 = 0;
     let mut batch = Vec::with_capacity(BATCH);
     loop {
@@ -254,12 +274,10 @@ fn work(
     gauges.publish(applied, backend.as_ref());
     // The tier figures of the run, before the verification reads.
     let tiers = backend.tiers();
-    let counted = count_all(backend.as_mut(), &users)?;
     Ok(Worker {
         histogram,
         elapsed,
         events: applied,
-        counted,
         tiers,
         checkpoints,
         backend,
@@ -361,15 +379,16 @@ pub fn run(
     progress.finish_and_clear();
     let mut secs: f64 = 0.0;
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-    let (mut events, mut counted, mut tiers, mut checkpoints) =
-        (0, 0, None::<TierStats>, None::<CheckpointFigures>);
+    let (mut events, mut tiers, mut checkpoints) =
+        (0, None::<TierStats>, None::<CheckpointFigures>);
     let mut backends = Vec::new();
+    let mut applied = Vec::new();
     for worker in workers {
         let worker = worker?;
         secs = secs.max(worker.elapsed.as_secs_f64());
         histogram.add(&worker.histogram)?;
         events += worker.events;
-        counted += worker.counted;
+        applied.push(worker.events);
         if let Some(t) = worker.tiers {
             tiers.get_or_insert_with(TierStats::default).merge(&t);
         }
@@ -380,6 +399,9 @@ pub fn run(
         }
         backends.push(worker.backend);
     }
+    // Peak RSS before the verification builds its model.
+    let peak_rss_bytes = memory("VmHWM:");
+    let verification = verify_all(&mut backends, w, &applied)?;
     let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
     let l3 = tiers.filter(|_| mode == Mode::L3);
     let report = ModeReport {
@@ -390,8 +412,10 @@ pub fn run(
             p99: us(0.99),
             p999: us(0.999),
         },
-        peak_rss_bytes: memory("VmHWM:"),
-        verified: counted == events && events == w.events,
+        peak_rss_bytes,
+        verified: verification.passed() && events == w.events,
+        verification: Some(verification),
+        external: None,
         l1_hit_ratio: tiers.map(|t| t.l1_hit_ratio()),
         l2_hit_ratio: tiers.map(|t| t.l2_hit_ratio()),
         l1_bytes: tiers.map(|t| t.l1_bytes),
