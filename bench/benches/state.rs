@@ -119,9 +119,9 @@ fn checkpoint(c: &mut Criterion) {
                     f.count.update(&user.to_be_bytes(), id).expect("update");
                 }
                 id += 1;
-                dirs.path().join(format!("chk-{id}"))
+                (dirs.path().join(format!("chk-{id}")), id)
             },
-            |dir| f.store.checkpoint(&dir, id),
+            |(dir, id)| f.store.checkpoint(&dir, id),
             BatchSize::PerIteration,
         )
     });

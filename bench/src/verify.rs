@@ -196,7 +196,8 @@ mod tests {
     fn a_lost_doubled_or_changed_append_fails() {
         let w = workload(Form::ListAdd);
         let (user, last) = w.events(0).last().unwrap();
-        let cases: [(&str, Box<dyn Fn(&mut Memory)>); 3] = [
+        type Tamper<'a> = Box<dyn Fn(&mut Memory) + 'a>;
+        let cases: [(&str, Tamper); 3] = [
             ("lost", Box::new(|m| m.tamper(user, |h| drop(h.pop_back())))),
             (
                 "doubled",

@@ -96,9 +96,10 @@ fn weight_of<T: Serialize>(value: &T) -> usize {
 
 /// The L1 weight of a `T` whose encoding is `encoded` bytes long: its
 /// size in memory, estimated as its inline size plus its encoded size (for
-/// what it owns on the heap). The entry's own cost is added by the store.
+/// what it owns on the heap) plus half for the allocator's rounding and
+/// spare capacity (as for lists). The entry's own cost is added by the store.
 fn value_weight<T>(encoded: usize) -> usize {
-    std::mem::size_of::<T>() + encoded
+    (std::mem::size_of::<T>() + encoded).saturating_mul(3) / 2
 }
 
 pub(crate) fn encode_value<T: Serialize + Send + Sync + 'static>(
