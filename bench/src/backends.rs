@@ -37,6 +37,13 @@ pub trait Backend: Send {
     fn history(&mut self, _user: u64) -> Result<Option<Vec<Event>>, BenchError> {
         Ok(None)
     }
+    /// Told, after a restore, that the restored checkpoint completed (as
+    /// the runtime tells its keyed tasks): keys it picked for L3 finish
+    /// their move, which the killed run may have begun, with the L3
+    /// version it recorded, so that repeated writes are identical.
+    fn restored(&mut self, _latest: &crate::checkpointing::Latest) -> Result<(), BenchError> {
+        Ok(())
+    }
     /// Tier figures, where the backend has tiers.
     fn tiers(&self) -> Option<TierStats> {
         None
@@ -78,6 +85,8 @@ pub struct Embedded {
     /// Checkpoints every `w.checkpoint_every` events, until [`Backend::finish`].
     checkpoints: Option<Checkpointing>,
     checkpoint_every: u64,
+    /// The cold tier (`l3` mode).
+    cold: Option<Arc<CassandraTier>>,
 }
 
 impl Embedded {
@@ -93,7 +102,7 @@ impl Embedded {
     ) -> Result<Self, BenchError> {
         let ttl = Ttl::event_time(Duration::from_millis(w.history_days * DAY_MS as u64));
         let mut builder = StateStore::builder(dir.join("l2"));
-        if let Some(cold) = cold {
+        if let Some(cold) = cold.clone() {
             builder = builder.cold_tier(cold).l2_capacity(budget.l2_capacity);
         }
         // Only the states the form uses: read-ahead asks L3 for each.
@@ -115,7 +124,8 @@ impl Embedded {
             count: store.value_state("count")?,
             store,
             seen: 0,
-            checkpoints: Some(Checkpointing::new(dir.join("checkpoints"))?),
+            checkpoints: Some(Checkpointing::new(dir.join("checkpoints"), cold.clone())?),
+            cold,
             checkpoint_every: w.checkpoint_every,
         })
     }
@@ -165,6 +175,14 @@ impl Backend for Embedded {
             History::Add(list) => list.get(&key)?.iter().cloned().collect(),
             History::Naive(recent) => recent.get(&key)?.unwrap_or_default(),
         }))
+    }
+
+    fn restored(&mut self, latest: &crate::checkpointing::Latest) -> Result<(), BenchError> {
+        if let (Some(cold), Some(version)) = (&self.cold, latest.l3_version) {
+            cold.pin_version(latest.id, version);
+        }
+        self.store.checkpoint_completed(latest.id)?;
+        Ok(())
     }
 
     fn tiers(&self) -> Option<TierStats> {

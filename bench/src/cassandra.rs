@@ -24,6 +24,8 @@ pub struct Target {
     pub contact_point: String,
     /// A keyspace of this run alone.
     pub keyspace: String,
+    /// The invocation's id (the same in the run and in its restore).
+    pub run_id: i64,
 }
 
 impl Target {
@@ -32,6 +34,7 @@ impl Target {
         Self {
             contact_point: contact_point.to_owned(),
             keyspace: format!("strata_bench_{run_id}"),
+            run_id,
         }
     }
 
@@ -68,7 +71,8 @@ impl Target {
 
 /// The cold tier of one worker of the `l3` mode.
 pub fn cold_tier(t: &Target, worker: u32) -> Result<Arc<CassandraTier>, BenchError> {
-    let lineage = crate::runner::now_micros() ^ i64::from(worker);
+    // The same in the run and in its restore, which goes on with the job.
+    let lineage = t.run_id ^ i64::from(worker);
     let mut c = L3Config::new(vec![t.contact_point.clone()], lineage);
     c.keyspace = t.keyspace.clone();
     // Each worker is a job of its own to L3 (its own lineage), so each

@@ -11,7 +11,9 @@
 use crate::backends::BenchError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
+use strata_cache::l3::CassandraTier;
 use strata_cache::snapshot::{self, IncrementalUploader, SnapshotManifest};
 use strata_cache::StateStore;
 
@@ -24,6 +26,10 @@ pub struct Latest {
     pub events: u64,
     /// The files of the L2 snapshot.
     pub manifest: SnapshotManifest,
+    /// The version of its L3 writes (`l3` mode; see
+    /// `CassandraTier::pin_version`), pinned again after a restore.
+    #[serde(default)]
+    pub l3_version: Option<i64>,
 }
 
 /// Checkpoint figures of a mode (all workers together).
@@ -62,6 +68,8 @@ pub struct Checkpointing {
     id: u64,
     last_events: Option<u64>,
     figures: CheckpointFigures,
+    /// The cold tier whose write versions each checkpoint records.
+    cold: Option<Arc<CassandraTier>>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
@@ -69,8 +77,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
 }
 
 impl Checkpointing {
-    /// Checkpoint storage in `root` (created).
-    pub fn new(root: PathBuf) -> Result<Self, BenchError> {
+    /// Checkpoint storage in `root` (created); with `cold`, each checkpoint
+    /// records the version of its L3 writes, as the runtime's metadata does.
+    pub fn new(root: PathBuf, cold: Option<Arc<CassandraTier>>) -> Result<Self, BenchError> {
         std::fs::create_dir_all(&root).map_err(io(&root))?;
         Ok(Self {
             uploader: IncrementalUploader::new(&root, "bench"),
@@ -78,6 +87,7 @@ impl Checkpointing {
             id: 0,
             last_events: None,
             figures: CheckpointFigures::default(),
+            cold,
         })
     }
 
@@ -95,6 +105,7 @@ impl Checkpointing {
             id: self.id,
             events,
             manifest: upload.manifest,
+            l3_version: self.cold.as_ref().map(|c| c.version_of(self.id)),
         };
         let path = self.root.join("latest.json");
         std::fs::write(&path, serde_json::to_vec(&latest)?).map_err(io(&path))?;

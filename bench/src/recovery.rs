@@ -77,7 +77,9 @@ pub fn recover(
                     let wd = worker_dir(cx.dir, t);
                     let latest =
                         crate::checkpointing::restore(&wd.join("checkpoints"), &wd.join("l2"))?;
-                    Ok((cx.open(t)?, latest.events))
+                    let mut backend = cx.open(t)?;
+                    backend.restored(&latest)?;
+                    Ok((backend, latest.events))
                 })
             })
             .collect();

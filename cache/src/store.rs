@@ -515,6 +515,12 @@ impl StoreBuilder {
     /// open (key groups, codec version, state kinds, value types) and a
     /// mismatch is an error naming it. See the crate docs for an example.
     ///
+    /// With a cold tier, call [`StateStore::checkpoint_completed`] with the
+    /// restored checkpoint's id before reading: the keys that checkpoint
+    /// picked for L3 may have been moved there by the run that wrote it,
+    /// and until the restored store finishes the move, a list whose
+    /// appends L2 still holds would read them twice (once from L3).
+    ///
     /// Errors at [`StoreBuilder::open`]: [`StateError::Config`] if
     /// `checkpoint` is not a store checkpoint or the path is not empty.
     pub fn from_checkpoint(mut self, checkpoint: impl Into<PathBuf>) -> Self {
