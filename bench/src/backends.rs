@@ -48,6 +48,10 @@ pub trait Backend: Send {
     fn tiers(&self) -> Option<TierStats> {
         None
     }
+    /// Requests sent to L3 so far (reads and write batches), with one.
+    fn l3_requests(&self) -> Option<u64> {
+        None
+    }
     /// Called after the last event: a backend that checkpoints takes a last
     /// checkpoint, stops checkpointing and returns its checkpoint figures.
     fn finish(&mut self) -> Result<Option<CheckpointFigures>, BenchError> {
@@ -187,6 +191,11 @@ impl Backend for Embedded {
 
     fn tiers(&self) -> Option<TierStats> {
         Some(self.store.stats())
+    }
+
+    fn l3_requests(&self) -> Option<u64> {
+        let stats = self.cold.as_ref()?.stats();
+        Some(stats.reads + stats.writes)
     }
 
     fn finish(&mut self) -> Result<Option<CheckpointFigures>, BenchError> {

@@ -400,12 +400,12 @@ fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
         );
     }
     md += "\n## Tiers, checkpoints and recovery\n\n\
-           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | key moves to L3 | checkpoints (all workers) | checkpoint ms mean / max | last checkpoint MB (all workers) | new MB per checkpoint (mean, one worker) | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | key moves to L3 | L3 requests/s | checkpoints (all workers) | checkpoint ms mean / max | last checkpoint MB (all workers) | new MB per checkpoint (mean, one worker) | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (name, e) in r.modes.iter().filter(|(_, e)| e.report.l1_bytes.is_some()) {
         let m = &e.report;
         let c = m.checkpoints.as_ref();
         md += &format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |\n",
             pct(m.l1_hit_ratio),
             pct(m.l2_hit_ratio),
             pct(m.l3_hit_ratio),
@@ -413,6 +413,7 @@ fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
             mb(m.l2_bytes),
             mb(m.l3_bytes),
             m.l3_evictions.map_or("–".to_owned(), |n| n.to_string()),
+            num(m.l3_requests_per_sec, 0),
             c.map_or("–".to_owned(), |c| c.count.to_string()),
             num(c.map(|c| c.mean_ms), 0),
             num(c.map(|c| c.max_ms), 0),

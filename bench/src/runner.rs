@@ -98,6 +98,10 @@ pub struct ModeReport {
     /// Bytes moved from L2 to L3 (`l3` mode).
     #[serde(default)]
     pub l3_bytes: Option<u64>,
+    /// Requests (reads and write batches) the L3 node answered per second
+    /// of the run (`l3` mode).
+    #[serde(default)]
+    pub l3_requests_per_sec: Option<f64>,
     /// Checkpoints (tiered modes).
     #[serde(default)]
     pub checkpoints: Option<CheckpointFigures>,
@@ -167,6 +171,7 @@ pub struct Worker {
     elapsed: Duration,
     events: u64,
     tiers: Option<TierStats>,
+    l3_requests: Option<u64>,
     checkpoints: Option<CheckpointFigures>,
     backend: Box<dyn Backend>,
 }
@@ -274,7 +279,9 @@ fn work(
     gauges.publish(applied, backend.as_ref());
     // The tier figures of the run, before the verification reads.
     let tiers = backend.tiers();
+    let l3_requests = backend.l3_requests();
     Ok(Worker {
+        l3_requests,
         histogram,
         elapsed,
         events: applied,
@@ -383,12 +390,16 @@ pub fn run(
         (0, None::<TierStats>, None::<CheckpointFigures>);
     let mut backends = Vec::new();
     let mut applied = Vec::new();
+    let mut l3_requests = None::<u64>;
     for worker in workers {
         let worker = worker?;
         secs = secs.max(worker.elapsed.as_secs_f64());
         histogram.add(&worker.histogram)?;
         events += worker.events;
         applied.push(worker.events);
+        if let Some(n) = worker.l3_requests {
+            *l3_requests.get_or_insert(0) += n;
+        }
         if let Some(t) = worker.tiers {
             tiers.get_or_insert_with(TierStats::default).merge(&t);
         }
@@ -423,6 +434,7 @@ pub fn run(
         l3_hit_ratio: l3.map(|t| t.l3_hit_ratio()),
         l3_evictions: l3.map(|t| t.l3_evictions),
         l3_bytes: l3.map(|t| t.l3_evicted_bytes),
+        l3_requests_per_sec: l3_requests.map(|n| n as f64 / secs),
         checkpoints,
         recovery: None,
         latency_cdf: latency_cdf(&histogram),

@@ -266,8 +266,11 @@ pub(crate) struct Lower {
     spill_failure: Mutex<Option<String>>,
     /// Whether `spill_failure` holds one (checked on every operation).
     spill_failed: AtomicBool,
-    /// Dirty entries L1 evicted, encoded, not yet written to L2.
+    /// Dirty entries L1 evicted and list appends, not yet written to L2.
     spills: Mutex<Spills>,
+    /// Bytes after which `spills` is written: an eighth of L1's capacity,
+    /// within 64 KB..=4 MB (it is memory beside L1).
+    spill_bytes: usize,
     /// With a cold tier, spilled lists carry the base marker (they are complete).
     has_cold: bool,
 }
@@ -299,9 +302,10 @@ impl Lower {
     }
 
     /// Adds an L2 write to the buffer; writes the buffer to L2 as one
-    /// batch once it holds [`Spills::BATCH`] entries or kilobytes.
+    /// batch once it holds [`Spills::BATCH`] keys or an eighth of L1's
+    /// capacity in bytes.
     pub(crate) fn buffer(&self, key: L1Key, write: Encoded) -> Result<()> {
-        let full = lock(&self.spills).add(key, write);
+        let full = lock(&self.spills).add(key, write, self.spill_bytes);
         if full {
             self.write_spills()?;
         }
@@ -384,12 +388,13 @@ struct Spills {
 }
 
 impl Spills {
-    /// Entries, or kilobytes, after which the buffer is written.
+    /// Entries after which the buffer is written.
     const BATCH: usize = 4096;
 
     /// Adds an evicted entry's write (appends follow what the buffer holds
-    /// of the key; a whole value replaces it); says whether it is full.
-    fn add(&mut self, key: L1Key, encoded: Encoded) -> bool {
+    /// of the key; a whole value replaces it); says whether it is full: it
+    /// holds [`Spills::BATCH`] keys or `max_bytes` bytes.
+    fn add(&mut self, key: L1Key, encoded: Encoded, max_bytes: usize) -> bool {
         self.bytes += encoded.bytes.len();
         match self.entries.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut held) if encoded.append => {
@@ -402,7 +407,7 @@ impl Spills {
                 v.insert(encoded);
             }
         }
-        self.entries.len() >= Self::BATCH || self.bytes >= Self::BATCH << 10
+        self.entries.len() >= Self::BATCH || self.bytes >= max_bytes
     }
 }
 
@@ -676,6 +681,7 @@ impl StoreBuilder {
             spill_failure: Mutex::new(None),
             spill_failed: AtomicBool::new(false),
             spills: Mutex::default(),
+            spill_bytes: (self.l1_capacity / 8).clamp(64 << 10, 4 << 20) as usize,
             has_cold: self.cold.is_some(),
         });
         let listener_lower = lower.clone();

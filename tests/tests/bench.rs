@@ -62,8 +62,15 @@ fn check_mode(name: &str, m: &serde_json::Value, events: u64) {
     assert_eq!(m["events"], events, "{name}");
     assert_eq!(
         m["verified"], true,
-        "{name}: every event must be counted once"
+        "{name}: every event must be counted once, every history element kept once"
     );
+    let v = &m["verification"];
+    assert_eq!(v["counted"], events, "{name}: {v}");
+    assert!(v["users"].as_u64().unwrap() > 0, "{name}: {v}");
+    if name != "cassandra-per-record" {
+        // Its histories are not read back; every other mode's are.
+        assert!(v["elements"].as_u64().unwrap() > 0, "{name}: {v}");
+    }
     assert!(m["events_per_sec"].as_f64().unwrap() > 0.0);
     let l = &m["latency_us"];
     let (p50, p99, p999) = (
@@ -180,6 +187,7 @@ fn l3_and_cassandra_per_record_modes_count_every_event() {
     check_checkpoints("l3", l3, 16000, 2000);
     assert!(l3["l3_evictions"].as_u64().unwrap() > 0, "{l3}");
     assert!(l3["l3_bytes"].as_u64().unwrap() > 0, "{l3}");
+    assert!(l3["l3_requests_per_sec"].as_f64().unwrap() > 0.0, "{l3}");
     assert_eq!(
         modes["cassandra-per-record"]["ratio_to_cassandra_per_record"],
         1.0
