@@ -317,12 +317,21 @@ impl<T> ListValue<T> {
     }
 
     /// The list's L1 weight: its size in memory, estimated as the elements'
-    /// inline and encoded sizes plus half for the deque's spare room and
-    /// the allocator's rounding (measured: 280 bytes in RSS per 100-byte
-    /// element of 100,000 ten-element lists).
+    /// inline size (in the deque) plus what they own on the heap — their
+    /// encoded size less what encodes their inline part (about half of it:
+    /// postcard's varints), none for plain structs of numbers — plus a
+    /// quarter for the deque's spare room. It underestimates byte payloads:
+    /// 168 weighed of 281 bytes of RSS per 100-byte `Vec<u8>` element of
+    /// 100,000 ten-element lists (the entry's share included; measured by
+    /// strata-bench's `l1_memory` example); a plain struct of numbers (as
+    /// route-history's `FlightEvent`) weighs its inline bytes.
     fn weight(&self) -> usize {
-        let inline = self.items.len() * std::mem::size_of::<(i64, T)>();
-        (self.bytes + inline).saturating_mul(3) / 2
+        let n = self.items.len();
+        let inline = n * std::mem::size_of::<(i64, T)>();
+        let heap = self
+            .bytes
+            .saturating_sub(n * (12 + std::mem::size_of::<T>() / 2));
+        (inline + heap).saturating_mul(5) / 4
     }
 
     /// Drops the elements written at or before `cutoff`.
