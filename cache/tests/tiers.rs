@@ -379,8 +379,8 @@ fn a_list_over_its_per_key_limit_is_an_error_naming_the_key_in_memory_and_on_dis
         "{e}"
     );
     assert_eq!(list.get(b"user-7").unwrap().len(), added);
-    // Blind appends (L1 of one byte: the tails leave for L2 as merges) are
-    // found out by the append whose tail passes the limit, or else by the
+    // Blind appends (L1 of one byte: they reach L2 as merges) are
+    // found out by an append to a list L1 holds past the limit, or else by the
     // next read of the whole list.
     let s = build(&dir.path().join("cold"), 1);
     let list = s.list_state::<Vec<u8>>("history").unwrap();
@@ -703,61 +703,19 @@ fn a_store_opened_from_a_checkpoint_checks_what_the_checkpoint_fixed_and_never_w
 }
 
 /// Many keys' lists appended to (never read) under an L1 far smaller than
-/// them, with flushes between: the tails leave L1 by eviction (buffered
-/// spills) and by flushes (merges), and every list must read back exactly
-/// as appended, each element once and in order.
-#[test]
-fn blind_appends_under_a_tiny_l1_read_back_exactly() {
+/// them, with flushes between: the appends reach L2 through the write
+/// buffer (written when full and at flushes), and every list must read
+/// back exactly as appended, each element once and in order; with `ttl`
+/// (event time, 10 ms per append), the elements newer than the cutoff.
+fn blind_appends_read_back_exactly(ttl: Option<std::time::Duration>) {
     let dir = tempfile::tempdir().unwrap();
+    let history = StateDescriptor::list("history");
     let s = StateStore::builder(dir.path().join("l2"))
         .l1_capacity(16 << 10)
-        .state(StateDescriptor::list("history"))
-        .state(StateDescriptor::value("count"))
-        .open()
-        .unwrap();
-    let list = s.list_state::<u64>("history").unwrap();
-    let count = s.value_state::<u64>("count").unwrap();
-    let mut model: Vec<Vec<u64>> = vec![Vec::new(); 300];
-    let mut x = 11u64;
-    for i in 0..30_000u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let user = (x % model.len() as u64) as usize;
-        let key = (user as u64).to_be_bytes();
-        list.add(&key, i).unwrap();
-        let n = count.get(&key).unwrap().unwrap_or(0);
-        count.update(&key, n + 1).unwrap();
-        model[user].push(i);
-        if i % 5_000 == 4_999 {
-            s.flush().unwrap();
-        }
-    }
-    for (user, want) in model.iter().enumerate() {
-        let key = (user as u64).to_be_bytes();
-        let got: Vec<u64> = list.get(&key).unwrap().iter().copied().collect();
-        assert_eq!(&got, want, "user {user}");
-        assert_eq!(
-            count.get(&key).unwrap(),
-            Some(want.len() as u64).filter(|n| *n > 0)
-        );
-    }
-}
-
-/// Many keys' lists appended to (never read) under an L1 far smaller than
-/// them, with flushes between: the tails leave L1 by eviction (buffered
-/// spills) and by flushes (merges), and every list must read back exactly
-/// as appended, each element once and in order.
-#[test]
-fn blind_appends_with_ttl_under_a_tiny_l1_read_back_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = StateStore::builder(dir.path().join("l2"))
-        .l1_capacity(16 << 10)
-        .state(
-            StateDescriptor::list("history").with_ttl(strata_cache::Ttl::event_time(
-                std::time::Duration::from_secs(100),
-            )),
-        )
+        .state(match ttl {
+            Some(t) => history.with_ttl(strata_cache::Ttl::event_time(t)),
+            None => history,
+        })
         .state(StateDescriptor::value("count"))
         .open()
         .unwrap();
@@ -772,7 +730,7 @@ fn blind_appends_with_ttl_under_a_tiny_l1_read_back_exactly() {
         let user = (x % model.len() as u64) as usize;
         let key = (user as u64).to_be_bytes();
         s.set_record_timestamp(i as i64 * 10);
-        if i % 1024 == 0 {
+        if ttl.is_some() && i % 1024 == 0 {
             s.clock().advance_watermark(i as i64 * 10);
         }
         list.add(&key, i).unwrap();
@@ -783,21 +741,32 @@ fn blind_appends_with_ttl_under_a_tiny_l1_read_back_exactly() {
             s.flush().unwrap();
         }
     }
+    let cutoff = ttl.map_or(i64::MIN, |t| 29_999 * 10 - t.as_millis() as i64);
     for (user, want) in model.iter().enumerate() {
         let key = (user as u64).to_be_bytes();
-        let cutoff = 29_999 * 10 - 100_000;
+        let newer = |i: &u64| *i as i64 * 10 > cutoff;
         let got: Vec<u64> = list
             .get(&key)
             .unwrap()
             .iter()
             .copied()
-            .filter(|i| *i as i64 * 10 > cutoff)
+            .filter(newer)
             .collect();
-        let want: Vec<u64> = want
-            .iter()
-            .copied()
-            .filter(|i| *i as i64 * 10 > cutoff)
-            .collect();
+        let want: Vec<u64> = want.iter().copied().filter(newer).collect();
         assert_eq!(got, want, "user {user}");
+        assert_eq!(
+            count.get(&key).unwrap(),
+            Some(model[user].len() as u64).filter(|n| *n > 0)
+        );
     }
+}
+
+#[test]
+fn blind_appends_under_a_tiny_l1_read_back_exactly() {
+    blind_appends_read_back_exactly(None);
+}
+
+#[test]
+fn blind_appends_with_ttl_under_a_tiny_l1_read_back_exactly() {
+    blind_appends_read_back_exactly(Some(std::time::Duration::from_secs(100)));
 }
