@@ -72,6 +72,10 @@ pub struct SourceSnapshot {
     /// A Kafka input: each partition's next offset and newest timestamp.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<PartitionSnapshot>,
+    /// A generator input: its name (a restore refuses another generator;
+    /// `position.records` is the index of the next record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
 }
 
 /// One Kafka partition's part of a source snapshot.

@@ -1,5 +1,6 @@
-//! The [`Pipeline`] builder: file source → key-by → keyed process function →
-//! JSON-lines sink, with checkpoints and recovery.
+//! The [`Pipeline`] builder: source (a file, Kafka topics or a generator) →
+//! key-by → keyed process function → sink (JSON-lines files, a Kafka topic,
+//! or a discarding sink), with checkpoints and recovery.
 //!
 //! ```no_run
 //! use strata_runtime::jobs::route_history::{self, RouteHistory};
@@ -33,7 +34,7 @@ use crate::error::{Result, RuntimeError};
 use crate::fresh_dirs::FreshDirs;
 use crate::function::KeyedProcessFunction;
 use crate::local_dir::LocalDir;
-use crate::task::input::{Input, KafkaDecoding, KafkaInput};
+use crate::task::input::{GeneratorInput, Input, InputKind, KafkaDecoding, KafkaInput};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,7 @@ pub(crate) type ParseFn<I> =
     Arc<dyn Fn(Row, &Schema) -> std::result::Result<I, RecordError> + Send + Sync>;
 pub(crate) type KeyFn<I> = Arc<dyn Fn(&I) -> Vec<u8> + Send + Sync>;
 pub(crate) type TimestampFn<I> = Arc<dyn Fn(&I) -> i64 + Send + Sync>;
+pub(crate) type GenerateFn<I> = Arc<dyn Fn(u64) -> I + Send + Sync>;
 
 /// What a finished run did.
 #[derive(Debug, Clone, Serialize)]
@@ -91,17 +93,32 @@ pub enum RestoreFrom {
     Checkpoint(u64),
 }
 
-struct SourceSpec<I> {
-    /// A file path or a `kafka://` address.
-    input: OsString,
-    schema: Schema,
-    parse: ParseFn<I>,
+enum SourceSpec<I> {
+    Rows {
+        /// A file path or a `kafka://` address.
+        input: OsString,
+        schema: Schema,
+        parse: ParseFn<I>,
+    },
+    Generator {
+        name: String,
+        total: u64,
+        generate: GenerateFn<I>,
+    },
+}
+
+/// Where output goes.
+enum SinkSpec {
+    /// A directory or a `kafka://` address.
+    Named(OsString),
+    Discard,
 }
 
 /// The input as [`Pipeline::take_parts`] checked it.
-enum InputKind {
+enum CheckedInput {
     File(PathBuf, Format),
     Kafka(KafkaEndpoint),
+    Generator,
 }
 
 /// A job under construction. See the module docs.
@@ -112,7 +129,7 @@ pub struct Pipeline<F: KeyedProcessFunction> {
     source: Option<SourceSpec<F::In>>,
     key_of: Option<KeyFn<F::In>>,
     timestamp_of: Option<TimestampFn<F::In>>,
-    output: Option<OsString>,
+    output: Option<SinkSpec>,
     checkpoint_dir: Option<PathBuf>,
     restore: Option<RestoreFrom>,
     metrics_addr: Option<std::net::SocketAddr>,
@@ -150,10 +167,29 @@ where
         schema: Schema,
         parse: impl Fn(Row, &Schema) -> std::result::Result<F::In, RecordError> + Send + Sync + 'static,
     ) -> Self {
-        self.source = Some(SourceSpec {
+        self.source = Some(SourceSpec::Rows {
             input: input.into(),
             schema,
             parse: Arc::new(parse),
+        });
+        self
+    }
+
+    /// Generates records `generate(0)`, `generate(1)`, … `generate(total -
+    /// 1)` as the input (Flink's `fromSequence` followed by a map). The
+    /// position a checkpoint records is the index of the next record, so
+    /// `generate` must be a pure function of its index for a restored run
+    /// to continue exactly; a restore refuses a generator of another `name`.
+    pub fn generator_source(
+        mut self,
+        name: &str,
+        total: u64,
+        generate: impl Fn(u64) -> F::In + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(SourceSpec::Generator {
+            name: name.to_owned(),
+            total,
+            generate: Arc::new(generate),
         });
         self
     }
@@ -175,7 +211,15 @@ where
     /// transactions, each record keyed by its key (then a checkpoint
     /// directory must be given).
     pub fn jsonl_sink(mut self, output: impl Into<OsString>) -> Self {
-        self.output = Some(output.into());
+        self.output = Some(SinkSpec::Named(output.into()));
+        self
+    }
+
+    /// Drops the output (Flink's `DiscardingSink`): for jobs whose result is
+    /// their state, and for benchmarks. The records emitted are counted, not
+    /// serialised; a checkpoint directory must be given.
+    pub fn discard_sink(mut self) -> Self {
+        self.output = Some(SinkSpec::Discard);
         self
     }
 
@@ -242,14 +286,22 @@ where
             .timestamp_of
             .take()
             .ok_or_else(|| Self::missing("timestamps"))?;
-        let output = self.output.clone().ok_or_else(|| Self::missing("sink"))?;
-        let output = Target::output(&output, &self.name, &self.config)?;
+        let output = match self.output.as_ref().ok_or_else(|| Self::missing("sink"))? {
+            SinkSpec::Named(output) => Target::output(output, &self.name, &self.config)?,
+            SinkSpec::Discard => Target::Discard,
+        };
         let checkpoint_dir = match (&self.checkpoint_dir, &output) {
             (Some(dir), _) => dir.clone(),
             (None, Target::Dir(out)) => out.join("_checkpoints"),
             (None, Target::Kafka { .. }) => {
                 return Err(RuntimeError::Usage(
                     "a Kafka output needs --checkpoint-dir (where checkpoints and the sink's pre-committed epochs live)".into(),
+                ))
+            }
+            (None, Target::Discard) => {
+                return Err(RuntimeError::Usage(
+                    "a discarding sink needs a checkpoint directory (Pipeline::checkpoint_dir)"
+                        .into(),
                 ))
             }
         };
@@ -272,8 +324,8 @@ where
         }
         let input = self.check_input(&spec)?;
         let kafka_in = match &input {
-            InputKind::Kafka(e) => Some(e),
-            InputKind::File(..) => None,
+            CheckedInput::Kafka(e) => Some(e),
+            CheckedInput::File(..) | CheckedInput::Generator => None,
         };
         let dead_letter = targets::dead_letter_target(
             &self.config,
@@ -296,13 +348,16 @@ where
 
     /// Checks the input: a readable file of a known format with the
     /// schema's columns, or a well-formed `kafka://` address.
-    fn check_input(&self, spec: &SourceSpec<F::In>) -> Result<InputKind> {
-        if let Some(uri) = spec.input.to_str().filter(|t| KafkaEndpoint::is_kafka(t)) {
+    fn check_input(&self, spec: &SourceSpec<F::In>) -> Result<CheckedInput> {
+        let SourceSpec::Rows { input, schema, .. } = spec else {
+            return Ok(CheckedInput::Generator);
+        };
+        if let Some(uri) = input.to_str().filter(|t| KafkaEndpoint::is_kafka(t)) {
             let e = KafkaEndpoint::parse(uri)?;
             targets::source_options(&e, &self.name, &self.config)?;
-            return Ok(InputKind::Kafka(e));
+            return Ok(CheckedInput::Kafka(e));
         }
-        let path = PathBuf::from(&spec.input);
+        let path = PathBuf::from(input);
         if path.is_dir() {
             return Err(RuntimeError::Usage(format!(
                 "input {} is a directory: give a .parquet, .csv or .jsonl file",
@@ -314,11 +369,11 @@ where
         FileSource::open_with(
             &path,
             format,
-            &spec.schema,
+            schema,
             Position::default(),
             &self.source_options(),
         )?;
-        Ok(InputKind::File(path, format))
+        Ok(CheckedInput::File(path, format))
     }
 
     async fn run_async(mut self) -> Result<JobReport> {
@@ -395,8 +450,6 @@ where
         let restore_time = restore_started.elapsed();
         w.spawn_source(SourceParts {
             source,
-            schema: parts.spec.schema,
-            parse: parts.spec.parse,
             key_of: parts.key_of,
             timestamp_of: parts.timestamp_of,
             to_ops,
@@ -517,7 +570,7 @@ impl RestoreFrom {
 struct Parts<I> {
     options: SourceOptions,
     spec: SourceSpec<I>,
-    input: InputKind,
+    input: CheckedInput,
     key_of: KeyFn<I>,
     timestamp_of: TimestampFn<I>,
     output: Target,
@@ -537,60 +590,131 @@ fn open_source<I>(
     job: &str,
     restored: Option<&CheckpointMetadata>,
     storage: &CheckpointStorage,
-) -> Result<Input> {
-    let refuse = |m: &CheckpointMetadata, reason: &str| {
-        RuntimeError::checkpoint(storage.root(), format!("checkpoint {}: {reason}", m.id))
+) -> Result<Input<I>> {
+    let (schema, parse) = match &parts.spec {
+        SourceSpec::Rows { schema, parse, .. } => (schema.clone(), parse.clone()),
+        SourceSpec::Generator { .. } => (Schema::new(&[]), unparsed::<I>()),
     };
-    let (path, format) = match &parts.input {
-        InputKind::Kafka(e) => {
-            if let Some(m) = restored.filter(|m| m.source.partitions.is_empty()) {
-                return Err(refuse(
-                    m,
-                    "it read a file, not Kafka: restore needs the same input",
-                ));
-            }
-            let options = targets::source_options(e, job, config)?;
-            let offsets: Option<Vec<_>> = restored.map(|m| {
-                m.source
-                    .partitions
-                    .iter()
-                    .map(|p| strata_connectors::kafka::PartitionOffset {
-                        topic: p.topic.clone(),
-                        partition: p.partition,
-                        offset: p.offset,
-                    })
-                    .collect()
-            });
-            let source = KafkaSource::open(&options, offsets.as_deref())?;
-            let decoding = KafkaDecoding {
-                require_key: config.kafka.require_key,
-                record_time: config.kafka.record_time,
-                max_bytes: config.kafka.max_message_bytes as usize,
-            };
-            return Ok(Input::Kafka(Box::new(KafkaInput::new(
-                source,
-                parts.spec.schema.clone(),
-                decoding,
-            ))));
-        }
-        InputKind::File(path, format) => (path, *format),
-    };
-    if let Some(m) = restored.filter(|m| !m.source.partitions.is_empty()) {
-        return Err(refuse(
-            m,
-            "it read Kafka topics, not a file: restore needs the same input",
-        ));
-    }
-    let position = restored.map_or(Position::default(), |m| m.source.position);
-    let mut source =
-        FileSource::open_with(path, format, &parts.spec.schema, position, &parts.options)?;
     if let Some(m) = restored {
-        source
-            .verify(&m.source.input)
-            .map_err(|reason| refuse(m, &format!("{reason}: restore needs the same input file")))?;
+        let (read, reads) = (what_was_read(&m.source), what_is_read(parts));
+        if read != reads {
+            return Err(RuntimeError::checkpoint(
+                storage.root(),
+                format!(
+                    "checkpoint {}: it read {read}, not {reads}: restore needs the same input",
+                    m.id
+                ),
+            ));
+        }
     }
-    Ok(Input::File {
-        source,
-        start: position,
+    let kind = match (&parts.input, &parts.spec) {
+        (CheckedInput::Kafka(e), _) => open_kafka(e, config, job, restored, &schema)?,
+        (CheckedInput::File(path, format), _) => {
+            let position = restored.map_or(Position::default(), |m| m.source.position);
+            let mut source =
+                FileSource::open_with(path, *format, &schema, position, &parts.options)?;
+            if let Some(m) = restored {
+                source.verify(&m.source.input).map_err(|reason| {
+                    RuntimeError::checkpoint(
+                        storage.root(),
+                        format!(
+                            "checkpoint {}: {reason}: restore needs the same input file",
+                            m.id
+                        ),
+                    )
+                })?;
+            }
+            InputKind::File {
+                source,
+                start: position,
+            }
+        }
+        (
+            CheckedInput::Generator,
+            SourceSpec::Generator {
+                name,
+                total,
+                generate,
+            },
+        ) => {
+            let start = restored.map_or(0, |m| m.source.position.records);
+            InputKind::Generator(GeneratorInput {
+                name: name.clone(),
+                generate: generate.clone(),
+                next: start,
+                total: *total,
+                start,
+            })
+        }
+        (CheckedInput::Generator, SourceSpec::Rows { .. }) => {
+            unreachable!("check_input names rows a file or Kafka")
+        }
+    };
+    Ok(Input {
+        kind,
+        schema,
+        parse,
     })
+}
+
+/// A generator's records are never parsed: its inputs are not rows.
+fn unparsed<I>() -> ParseFn<I> {
+    Arc::new(|_, _| {
+        Err(RecordError {
+            record: 0,
+            field: None,
+            reason: "a generator source has no rows to parse".into(),
+        })
+    })
+}
+
+/// What a restored source snapshot read, for messages.
+fn what_was_read(s: &crate::checkpoint::SourceSnapshot) -> String {
+    match (&s.generator, s.partitions.is_empty()) {
+        (Some(name), _) => format!("generator '{name}'"),
+        (None, false) => "Kafka topics".into(),
+        (None, true) => "a file".into(),
+    }
+}
+
+/// What this run reads, in the words of [`what_was_read`].
+fn what_is_read<I>(parts: &Parts<I>) -> String {
+    match (&parts.input, &parts.spec) {
+        (_, SourceSpec::Generator { name, .. }) => format!("generator '{name}'"),
+        (CheckedInput::Kafka(_), _) => "Kafka topics".into(),
+        _ => "a file".into(),
+    }
+}
+
+/// Opens the Kafka source at the restored offsets (or the group's start).
+fn open_kafka<I>(
+    e: &KafkaEndpoint,
+    config: &JobConfig,
+    job: &str,
+    restored: Option<&CheckpointMetadata>,
+    schema: &Schema,
+) -> Result<InputKind<I>> {
+    let options = targets::source_options(e, job, config)?;
+    let offsets: Option<Vec<_>> = restored.map(|m| {
+        m.source
+            .partitions
+            .iter()
+            .map(|p| strata_connectors::kafka::PartitionOffset {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                offset: p.offset,
+            })
+            .collect()
+    });
+    let source = KafkaSource::open(&options, offsets.as_deref())?;
+    let decoding = KafkaDecoding {
+        require_key: config.kafka.require_key,
+        record_time: config.kafka.record_time,
+        max_bytes: config.kafka.max_message_bytes as usize,
+    };
+    Ok(InputKind::Kafka(Box::new(KafkaInput::new(
+        source,
+        schema.clone(),
+        decoding,
+    ))))
 }

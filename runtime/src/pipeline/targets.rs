@@ -1,5 +1,6 @@
-//! Where a run reads and writes: a file or Kafka topics in, a directory or
-//! a Kafka topic out, and where its dead letters go. Parsed and checked
+//! Where a run reads and writes: a file or Kafka topics in, a directory, a
+//! Kafka topic or nothing (a discarding sink) out, and where its dead
+//! letters go. Parsed and checked
 //! before anything is created; opened by the wiring.
 
 use crate::config::{BadInputPolicy, JobConfig};
@@ -21,6 +22,8 @@ pub(crate) enum Target {
         topic: String,
         id_prefix: String,
     },
+    /// Nowhere: records are counted and dropped.
+    Discard,
 }
 
 impl Target {
@@ -53,7 +56,7 @@ impl Target {
     pub(crate) fn dir(&self) -> Option<&Path> {
         match self {
             Target::Dir(d) => Some(d),
-            Target::Kafka { .. } => None,
+            Target::Kafka { .. } | Target::Discard => None,
         }
     }
 
@@ -70,6 +73,7 @@ impl Target {
     ) -> Result<Opened> {
         Ok(match self {
             Target::Dir(d) => Opened::File(FileSink::open(d, name, j, restored)?),
+            Target::Discard => Opened::Discard,
             Target::Kafka {
                 brokers,
                 topic,
@@ -106,6 +110,7 @@ impl Target {
         Ok(match self.open("part", j, restored, staging, config)? {
             Opened::File(f) => OutputSink::File(f),
             Opened::Kafka(k) => OutputSink::Kafka(k),
+            Opened::Discard => OutputSink::Discard,
         })
     }
 
@@ -120,6 +125,7 @@ impl Target {
             match self.open("dead-letter", 0, restored, staging, config)? {
                 Opened::File(f) => DeadLetter::File(f),
                 Opened::Kafka(k) => DeadLetter::Kafka(k),
+                Opened::Discard => unreachable!("dead_letter_target never discards"),
             },
         )
     }
@@ -128,6 +134,7 @@ impl Target {
 enum Opened {
     File(FileSink),
     Kafka(Box<KafkaSink>),
+    Discard,
 }
 
 /// Where dead letters go: `bad-input.dead-letter-topic` on the input's
@@ -144,7 +151,7 @@ pub(crate) fn dead_letter_target(
 ) -> Result<Target> {
     let brokers = input.map(|e| e.brokers.clone()).or(match output {
         Target::Kafka { brokers, .. } => Some(brokers.clone()),
-        Target::Dir(_) => None,
+        Target::Dir(_) | Target::Discard => None,
     });
     match (&config.kafka.dead_letter_topic, brokers, output) {
         (Some(topic), Some(brokers), _) => Ok(Target::Kafka {
@@ -161,15 +168,17 @@ pub(crate) fn dead_letter_target(
             reason: "names a Kafka topic, but neither the input nor the output is Kafka".into(),
         }),
         (None, _, Target::Dir(d)) => Ok(Target::Dir(d.clone())),
-        (None, _, Target::Kafka { .. }) if config.bad_input == BadInputPolicy::DeadLetter => {
+        (None, _, Target::Kafka { .. } | Target::Discard)
+            if config.bad_input == BadInputPolicy::DeadLetter =>
+        {
             Err(RuntimeError::Config {
                 key: "bad-input.dead-letter-topic".into(),
-                reason: "bad-input.policy=dead-letter with a Kafka output needs a dead-letter topic: set bad-input.dead-letter-topic".into(),
+                reason: "bad-input.policy=dead-letter with a Kafka output or a discarding sink needs a dead-letter topic: set bad-input.dead-letter-topic".into(),
             })
         }
         // Never written (policy fail): the checkpoint directory's staging
         // area stands in.
-        (None, _, Target::Kafka { .. }) => Ok(Target::Dir(staging.to_owned())),
+        (None, _, Target::Kafka { .. } | Target::Discard) => Ok(Target::Dir(staging.to_owned())),
     }
 }
 

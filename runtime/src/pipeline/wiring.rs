@@ -5,7 +5,7 @@
 //! the job ends with.
 
 use super::targets::Target;
-use super::{KeyFn, ParseFn, TimestampFn};
+use super::{KeyFn, TimestampFn};
 use crate::channel::{edge, InputGate, Message, Output, TaskTimes};
 use crate::checkpoint::coordinator::{Coordinator, Outcome};
 use crate::checkpoint::{Ack, CheckpointMetadata, CheckpointStorage, Trigger};
@@ -26,7 +26,7 @@ use strata_cache::key_group::KeyGroupRange;
 use strata_cache::l3::CassandraTier;
 use strata_cache::snapshot::{self, IncrementalUploader};
 use strata_cache::{L2Budget, StateDescriptor, StateStore};
-use strata_connectors::{Schema, Throttle};
+use strata_connectors::Throttle;
 use tokio::sync::{mpsc, watch};
 
 /// Where a run's sinks and dead letters write.
@@ -39,9 +39,7 @@ pub(super) struct Targets {
 
 /// The source and what it routes to, for [`Wiring::spawn_source`].
 pub(super) struct SourceParts<I> {
-    pub(super) source: Input,
-    pub(super) schema: Schema,
-    pub(super) parse: ParseFn<I>,
+    pub(super) source: Input<I>,
     pub(super) key_of: KeyFn<I>,
     pub(super) timestamp_of: TimestampFn<I>,
     pub(super) to_ops: Vec<mpsc::Sender<Message<Keyed<I>>>>,
@@ -201,7 +199,7 @@ impl Wiring {
 
     pub(super) fn spawn_source<I: Send + 'static>(&mut self, parts: SourceParts<I>) -> Result<()> {
         let times = self.times("source".into());
-        if let Input::Kafka(k) = &parts.source {
+        if let Some(k) = parts.source.kafka() {
             let _ = self.progress.kafka.set(k.source.stats());
         }
         let c = &self.config;
@@ -215,8 +213,6 @@ impl Wiring {
             restored.map_or_else(Vec::new, |s| parts.source.restored_max_timestamps(s));
         let task = SourceTask {
             source: parts.source,
-            schema: parts.schema,
-            parse: parts.parse,
             key_of: parts.key_of,
             timestamp_of: parts.timestamp_of,
             out: Output::new(parts.to_ops, times),

@@ -30,10 +30,10 @@ impl DeadLetter {
                         format!("split {} offset {}", f.split, f.offset),
                         f.timestamp,
                     ),
-                    Cursor::File { position, .. } => (
+                    Cursor::File { .. } | Cursor::Generated { .. } => (
                         Vec::new(),
                         error,
-                        format!("record {}", position.records),
+                        format!("record {}", at.record_number()),
                         None,
                     ),
                 };

@@ -1,20 +1,28 @@
-//! What a source task reads: a file or Kafka partitions, behind one
-//! interface — read a chunk of rows ahead, say where each came from (its
-//! [`Cursor`]), snapshot the position at a barrier, and hear of completed
-//! checkpoints (a Kafka source then commits that checkpoint's offsets to
-//! its consumer group, for lag monitoring).
+//! What a source task reads: a file, Kafka partitions or a generator,
+//! behind one interface — read a chunk of records ahead (rows parsed by the
+//! job's parse function, generated records as they are), say where each
+//! came from (its [`Cursor`]), snapshot the position at a barrier, and hear
+//! of completed checkpoints (a Kafka source then commits that checkpoint's
+//! offsets to its consumer group, for lag monitoring).
 
 use crate::checkpoint::{PartitionSnapshot, SourceSnapshot};
 use crate::error::Result;
+use crate::pipeline::{GenerateFn, ParseFn};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use strata_connectors::kafka::{Fetched, KafkaSource, PartitionOffset, Polled};
 use strata_connectors::{json_row, FileSource, Position, RecordError, RowResult, Schema};
 
-/// One row read ahead, with where it came from.
-pub(crate) struct ReadRow {
-    pub(crate) row: RowResult,
+/// One record read ahead (or what is wrong with it), with where it came from.
+pub(crate) struct ReadRecord<I> {
+    pub(crate) record: std::result::Result<I, RecordError>,
     pub(crate) cursor: Cursor,
+}
+
+/// A row read ahead, before parsing.
+struct ReadRow {
+    row: RowResult,
+    cursor: Cursor,
 }
 
 /// Where a record came from.
@@ -27,13 +35,15 @@ pub(crate) enum Cursor {
     /// A Kafka message (its value is kept only when it is bad, for the
     /// dead-letter topic).
     Kafka(Fetched),
+    /// A generated record: its index, and how many the generator makes.
+    Generated { index: u64, total: u64 },
 }
 
 impl Cursor {
     /// The split (watermark source) the record belongs to.
     pub(crate) fn split(&self) -> usize {
         match self {
-            Cursor::File { .. } => 0,
+            Cursor::File { .. } | Cursor::Generated { .. } => 0,
             Cursor::Kafka(f) => f.split,
         }
     }
@@ -43,6 +53,7 @@ impl Cursor {
         match self {
             Cursor::File { position, .. } => position.records,
             Cursor::Kafka(f) => f.offset as u64,
+            Cursor::Generated { index, .. } => *index,
         }
     }
 }
@@ -58,14 +69,33 @@ pub(crate) struct KafkaDecoding {
     pub(crate) max_bytes: usize,
 }
 
-/// A source task's input.
-pub(crate) enum Input {
+/// A source task's input: rows of `schema` turned into records `I` by
+/// `parse`, or records `I` generated.
+pub(crate) struct Input<I> {
+    pub(crate) kind: InputKind<I>,
+    pub(crate) schema: Schema,
+    pub(crate) parse: ParseFn<I>,
+}
+
+pub(crate) enum InputKind<I> {
     File {
         source: FileSource,
         /// Where this run started (what a barrier before any record records).
         start: Position,
     },
     Kafka(Box<KafkaInput>),
+    Generator(GeneratorInput<I>),
+}
+
+/// A generator source: record `i` is `generate(i)`, for `i` in
+/// `next..total`; its position is the index of the next record.
+pub(crate) struct GeneratorInput<I> {
+    pub(crate) name: String,
+    pub(crate) generate: GenerateFn<I>,
+    pub(crate) next: u64,
+    pub(crate) total: u64,
+    /// Where this run started (what a barrier before any record records).
+    pub(crate) start: u64,
 }
 
 pub(crate) struct KafkaInput {
@@ -126,71 +156,80 @@ impl KafkaInput {
     }
 }
 
-impl Input {
-    /// Splits: one for a file, one per Kafka partition.
+impl<I> Input<I> {
+    /// Splits: one for a file or a generator, one per Kafka partition.
     pub(crate) fn splits(&self) -> usize {
-        match self {
-            Input::File { .. } => 1,
-            Input::Kafka(k) => k.source.partitions().len(),
+        match &self.kind {
+            InputKind::Kafka(k) => k.source.partitions().len(),
+            InputKind::File { .. } | InputKind::Generator(_) => 1,
+        }
+    }
+
+    /// The Kafka input, if the input is Kafka.
+    pub(crate) fn kafka(&self) -> Option<&KafkaInput> {
+        match &self.kind {
+            InputKind::Kafka(k) => Some(k),
+            _ => None,
         }
     }
 
     /// Each split's newest timestamp in restored snapshot `s` (a Kafka
     /// partition it does not name: none yet).
     pub(crate) fn restored_max_timestamps(&self, s: &SourceSnapshot) -> Vec<i64> {
-        match self {
-            Input::File { .. } => vec![s.max_timestamp],
-            Input::Kafka(k) => k
-                .source
-                .partitions()
-                .iter()
-                .map(|(t, p)| {
-                    s.partitions
-                        .iter()
-                        .find(|r| r.topic == *t && r.partition == *p)
-                        .map_or(i64::MIN, |r| r.max_timestamp)
-                })
-                .collect(),
-        }
+        let Some(k) = self.kafka() else {
+            return vec![s.max_timestamp];
+        };
+        k.source
+            .partitions()
+            .iter()
+            .map(|(t, p)| {
+                s.partitions
+                    .iter()
+                    .find(|r| r.topic == *t && r.partition == *p)
+                    .map_or(i64::MIN, |r| r.max_timestamp)
+            })
+            .collect()
     }
 
-    /// Reads up to `max` rows into `chunk` (blocking): `Some(n)` rows
-    /// (0: none yet), `None` at the end of the input.
+    /// Reads up to `max` records into `chunk` (blocking; rows are parsed
+    /// here): `Some(n)` records (0: none yet), `None` at the end of the input.
     pub(crate) fn read(
         &mut self,
-        chunk: &mut VecDeque<ReadRow>,
+        chunk: &mut VecDeque<ReadRecord<I>>,
         max: usize,
     ) -> Result<Option<usize>> {
-        match self {
-            Input::File { source, .. } => {
-                let mut n = 0;
-                while n < max {
+        let mut rows = VecDeque::new();
+        let n = match &mut self.kind {
+            InputKind::File { source, .. } => {
+                while rows.len() < max {
                     let Some(row) = source.next_row()? else {
                         break;
                     };
-                    chunk.push_back(ReadRow {
+                    rows.push_back(ReadRow {
                         row,
                         cursor: Cursor::File {
                             position: source.position(),
                             progress: source.progress(),
                         },
                     });
-                    n += 1;
                 }
-                Ok((n > 0).then_some(n))
+                (!rows.is_empty()).then_some(rows.len())
             }
-            Input::Kafka(k) => match k.source.poll(Duration::from_millis(100))? {
+            InputKind::Kafka(k) => match k.source.poll(Duration::from_millis(100))? {
                 Polled::Records(batch) => {
-                    let n = batch.len();
-                    for f in batch {
-                        chunk.push_back(k.decode(f));
-                    }
-                    Ok(Some(n))
+                    rows.extend(batch.into_iter().map(|f| k.decode(f)));
+                    Some(rows.len())
                 }
-                Polled::Idle => Ok(Some(0)),
-                Polled::End => Ok(None),
+                Polled::Idle => Some(0),
+                Polled::End => None,
             },
-        }
+            InputKind::Generator(g) => return Ok(g.read(chunk, max)),
+        };
+        chunk.extend(rows.into_iter().map(|r| ReadRecord {
+            record: r.row.and_then(|row| (self.parse)(row, &self.schema)),
+            cursor: r.cursor,
+        }));
+        Ok(n)
     }
 
     /// Checks a Kafka message's key against the record's `key` (the job's
@@ -200,7 +239,7 @@ impl Input {
         at: &Cursor,
         key: Vec<u8>,
     ) -> std::result::Result<Vec<u8>, RecordError> {
-        let (Input::Kafka(k), Cursor::Kafka(f)) = (self, at) else {
+        let (Some(k), Cursor::Kafka(f)) = (self.kafka(), at) else {
             return Ok(key);
         };
         if !k.decoding.require_key {
@@ -225,8 +264,8 @@ impl Input {
 
     /// The record's event time when it is the message timestamp.
     pub(crate) fn event_time(&self, at: &Cursor) -> Option<i64> {
-        match (self, at) {
-            (Input::Kafka(k), Cursor::Kafka(f)) if k.decoding.record_time => {
+        match (self.kafka(), at) {
+            (Some(k), Cursor::Kafka(f)) if k.decoding.record_time => {
                 Some(f.timestamp.unwrap_or(i64::MIN))
             }
             _ => None,
@@ -235,7 +274,7 @@ impl Input {
 
     /// Names a Kafka message's topic, partition and offset in `bad`.
     pub(crate) fn describe(&self, mut bad: RecordError, at: &Cursor) -> RecordError {
-        if let (Input::Kafka(k), Cursor::Kafka(f)) = (self, at) {
+        if let (Some(k), Cursor::Kafka(f)) = (self.kafka(), at) {
             let (topic, p) = &k.source.partitions()[f.split];
             bad.reason = format!("message {topic}/{p} offset {}: {}", f.offset, bad.reason);
         }
@@ -245,13 +284,14 @@ impl Input {
     /// Notes that the record at `at` was handled (routed or bad); returns
     /// the progress (done, total).
     pub(crate) fn advance(&mut self, at: &Cursor) -> (u64, u64) {
-        match (self, at) {
-            (Input::Kafka(k), Cursor::Kafka(f)) => {
+        match (&mut self.kind, at) {
+            (InputKind::Kafka(k), Cursor::Kafka(f)) => {
                 k.offsets[f.split] = f.offset + 1;
                 k.read += 1;
                 (k.read, k.total)
             }
             (_, Cursor::File { progress, .. }) => *progress,
+            (_, Cursor::Generated { index, total }) => (index + 1, *total),
             _ => (0, 0),
         }
     }
@@ -266,8 +306,8 @@ impl Input {
         id: u64,
     ) -> Result<SourceSnapshot> {
         let newest = max_ts.iter().copied().max().unwrap_or(i64::MIN);
-        match self {
-            Input::File { source, start } => {
+        match &mut self.kind {
+            InputKind::File { source, start } => {
                 let position = match routed {
                     Some(Cursor::File { position, .. }) => *position,
                     _ => *start,
@@ -279,26 +319,19 @@ impl Input {
                     ..SourceSnapshot::default()
                 })
             }
-            Input::Kafka(k) => {
-                let mut partitions = Vec::new();
-                let mut offsets = Vec::new();
-                for (i, (topic, partition)) in k.source.partitions().iter().enumerate() {
-                    partitions.push(PartitionSnapshot {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        offset: k.offsets[i],
-                        max_timestamp: max_ts[i],
-                    });
-                    offsets.push(PartitionOffset {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        offset: k.offsets[i],
-                    });
-                }
-                k.pending.insert(id, offsets);
+            InputKind::Kafka(k) => Ok(k.snapshot(max_ts, newest, id)),
+            InputKind::Generator(g) => {
+                let records = match routed {
+                    Some(Cursor::Generated { index, .. }) => index + 1,
+                    _ => g.start,
+                };
                 Ok(SourceSnapshot {
+                    position: Position {
+                        records,
+                        ..Position::default()
+                    },
+                    generator: Some(g.name.clone()),
                     max_timestamp: newest,
-                    partitions,
                     ..SourceSnapshot::default()
                 })
             }
@@ -308,7 +341,7 @@ impl Input {
     /// Checkpoint `id` completed: a Kafka source commits its offsets (and
     /// forgets older ones).
     pub(crate) fn completed(&mut self, id: u64) {
-        if let Input::Kafka(k) = self {
+        if let InputKind::Kafka(k) = &mut self.kind {
             let done: Vec<u64> = k.pending.range(..=id).map(|(i, _)| *i).collect();
             if let Some(offsets) = done.last().and_then(|i| k.pending.remove(i)) {
                 k.source.commit(offsets);
@@ -317,5 +350,54 @@ impl Input {
                 k.pending.remove(&i);
             }
         }
+    }
+}
+
+impl KafkaInput {
+    /// Each partition's next offset, remembered for checkpoint `id`'s commit.
+    fn snapshot(&mut self, max_ts: &[i64], newest: i64, id: u64) -> SourceSnapshot {
+        let mut partitions = Vec::new();
+        let mut offsets = Vec::new();
+        for (i, (topic, partition)) in self.source.partitions().iter().enumerate() {
+            partitions.push(PartitionSnapshot {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: self.offsets[i],
+                max_timestamp: max_ts[i],
+            });
+            offsets.push(PartitionOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: self.offsets[i],
+            });
+        }
+        self.pending.insert(id, offsets);
+        SourceSnapshot {
+            max_timestamp: newest,
+            partitions,
+            ..SourceSnapshot::default()
+        }
+    }
+}
+
+impl<I> GeneratorInput<I> {
+    /// Generates up to `max` records into `chunk`; `None` after the last.
+    fn read(&mut self, chunk: &mut VecDeque<ReadRecord<I>>, max: usize) -> Option<usize> {
+        let end = self.total.min(self.next.saturating_add(max as u64));
+        if self.next >= end {
+            return None;
+        }
+        for index in self.next..end {
+            chunk.push_back(ReadRecord {
+                record: Ok((self.generate)(index)),
+                cursor: Cursor::Generated {
+                    index,
+                    total: self.total,
+                },
+            });
+        }
+        let n = (end - self.next) as usize;
+        self.next = end;
+        Some(n)
     }
 }

@@ -1,5 +1,6 @@
 //! The sink task: writes records as JSON lines into transactional part
-//! files or a Kafka topic (keyed by the record's key), pre-commits at barriers and commits on checkpoint
+//! files or a Kafka topic (keyed by the record's key), or drops them (a
+//! discarding sink), pre-commits at barriers and commits on checkpoint
 //! completion. Pre-commits and commits fsync or wait on Kafka, so they run
 //! in `block_in_place`; a failed pre-commit fails the job naming the
 //! checkpoint (what reached the file is uncertain after a failed fsync).
@@ -36,13 +37,8 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                 event = self.gate.next() => match event? {
                     Event::Records(batch) => {
                         let n = batch.len() as u64;
-                        for record in batch {
-                            if let Some(t) = &self.throttle {
-                                t.acquire().await;
-                            }
-                            line.clear();
-                            serde_json::to_writer(&mut line, &record.value).map_err(|e| RuntimeError::Function(e.to_string()))?;
-                            self.sink.write(&record.key, &line)?;
+                        if !matches!(self.sink, OutputSink::Discard) {
+                            self.write(batch, &mut line).await?;
                         }
                         self.progress.records_out.fetch_add(n, Ordering::Relaxed);
                     }
@@ -78,12 +74,28 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
             self.sink.commit(last_barrier)
         })?)
     }
+
+    /// Writes a batch as JSON lines (`line`: a reused buffer).
+    async fn write(&mut self, batch: Vec<Keyed<O>>, line: &mut Vec<u8>) -> Result<()> {
+        for record in batch {
+            if let Some(t) = &self.throttle {
+                t.acquire().await;
+            }
+            line.clear();
+            serde_json::to_writer(&mut *line, &record.value)
+                .map_err(|e| RuntimeError::Function(e.to_string()))?;
+            self.sink.write(&record.key, line)?;
+        }
+        Ok(())
+    }
 }
 
 /// Where a sink instance writes.
 pub(crate) enum OutputSink {
     File(FileSink),
     Kafka(Box<KafkaSink>),
+    /// Drops what it is given (Flink's `DiscardingSink`).
+    Discard,
 }
 
 impl OutputSink {
@@ -96,6 +108,7 @@ impl OutputSink {
                 value: line,
                 headers: &[],
             })?,
+            OutputSink::Discard => {}
         }
         Ok(())
     }
@@ -104,6 +117,7 @@ impl OutputSink {
         match self {
             OutputSink::File(s) => s.pre_commit(id),
             OutputSink::Kafka(s) => s.pre_commit(id),
+            OutputSink::Discard => Ok(SinkState::default()),
         }
     }
 
@@ -111,6 +125,7 @@ impl OutputSink {
         match self {
             OutputSink::File(s) => s.commit(id),
             OutputSink::Kafka(s) => s.commit(id),
+            OutputSink::Discard => Ok(()),
         }
     }
 }

@@ -8,10 +8,12 @@
 //! between two rows of a chunk records the position after the last row
 //! routed, never one read ahead.
 //!
-//! A Kafka input ([`Input::Kafka`]) is polled the same way: its reader
+//! A Kafka input ([`InputKind::Kafka`]) is polled the same way: its reader
 //! thread pauses the partitions while this task cannot send (see
 //! `strata_connectors::kafka`), each record carries its partition and
 //! offset, and a barrier records the next offset of every partition.
+//! A generator input makes its records in chunks the same way; its
+//! position is the index of the next record.
 //! Watermarks are per split (a file is one, a Kafka partition is one): the
 //! source's watermark is the least of its splits' that have had a record
 //! within `source.idle-timeout`, and lateness is judged per split.
@@ -26,22 +28,20 @@ use crate::channel::{Message, Output};
 use crate::checkpoint::{Ack, TaskSnapshot, Trigger};
 use crate::config::BadInputPolicy;
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::{KeyFn, ParseFn, TimestampFn};
+use crate::pipeline::{KeyFn, TimestampFn};
 use crate::progress::Progress;
 use crate::task::dead_letter::DeadLetter;
-use crate::task::input::{Cursor, Input, ReadRow};
+use crate::task::input::{Cursor, Input, ReadRecord};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
-use strata_connectors::{check_timestamp, format_timestamp, RecordError, Schema, Throttle};
+use strata_connectors::{check_timestamp, format_timestamp, RecordError, Throttle};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 pub(crate) struct SourceTask<I> {
-    pub(crate) source: Input,
-    pub(crate) schema: Schema,
-    pub(crate) parse: ParseFn<I>,
+    pub(crate) source: Input<I>,
     pub(crate) key_of: KeyFn<I>,
     pub(crate) timestamp_of: TimestampFn<I>,
     pub(crate) out: Output<Keyed<I>>,
@@ -118,14 +118,11 @@ impl<I: Send + 'static> SourceTask<I> {
             let Some(next) = chunk.pop_front() else {
                 continue;
             };
-            let record = next
-                .row
-                .and_then(|row| (self.parse)(row, &self.schema))
-                .and_then(|record| {
-                    self.source
-                        .check_key(&next.cursor, (self.key_of)(&record))
-                        .map(|key| (key, record))
-                });
+            let record = next.record.and_then(|record| {
+                self.source
+                    .check_key(&next.cursor, (self.key_of)(&record))
+                    .map(|key| (key, record))
+            });
             match record {
                 Ok((key, record)) => self.route(key, record, &next.cursor, &mut routing).await?,
                 Err(bad) => self.bad_record(bad, &next.cursor)?,
@@ -148,8 +145,8 @@ impl<I: Send + 'static> SourceTask<I> {
         tokio::task::block_in_place(|| self.dead_letter.commit(id))
     }
 
-    /// Reads up to a batch of rows ahead (blocking, off the async workers).
-    fn read_chunk(&mut self, chunk: &mut VecDeque<ReadRow>) -> Result<Read> {
+    /// Reads up to a batch of records ahead (blocking, off the async workers).
+    fn read_chunk(&mut self, chunk: &mut VecDeque<ReadRecord<I>>) -> Result<Read> {
         let n = tokio::task::block_in_place(|| self.source.read(chunk, self.batch_size))?;
         Ok(match n {
             None => Read::End,
