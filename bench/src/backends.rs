@@ -80,11 +80,71 @@ enum History {
     Naive(ValueState<Vec<Event>>),
 }
 
+/// The workload's per-user state in a strata store: the history, as the
+/// update form keeps it, and the count. `embedded` and `pipeline` share it.
+pub struct UserState {
+    history: History,
+    count: ValueState<u64>,
+}
+
+impl UserState {
+    /// The states the form uses (only those: read-ahead asks L3 for each).
+    pub fn descriptors(w: &Workload) -> Vec<StateDescriptor> {
+        let ttl = Ttl::event_time(Duration::from_millis(w.history_days * DAY_MS as u64));
+        let history = match w.form {
+            Form::ListAdd => StateDescriptor::list("history"),
+            Form::Naive => StateDescriptor::value("history"),
+        };
+        vec![history.with_ttl(ttl), StateDescriptor::value("count")]
+    }
+
+    /// The handles of a store declared with [`UserState::descriptors`].
+    pub fn open(store: &StateStore, form: Form) -> Result<Self, BenchError> {
+        Ok(Self {
+            history: match form {
+                Form::ListAdd => History::Add(store.list_state("history")?),
+                Form::Naive => History::Naive(store.value_state("history")?),
+            },
+            count: store.value_state("count")?,
+        })
+    }
+
+    /// Applies one event of the user keyed `key`.
+    pub fn apply(&self, key: &[u8], event: Event) -> Result<(), BenchError> {
+        match &self.history {
+            History::Add(list) => list.add(key, event)?,
+            History::Naive(recent) => {
+                let mut events = recent.get(key)?.unwrap_or_default();
+                events.push(event);
+                if events.len() > KEEP_NAIVE {
+                    events.remove(0);
+                }
+                recent.update(key, events)?;
+            }
+        }
+        let n = self.count.get(key)?.unwrap_or(0);
+        self.count.update(key, n + 1)?;
+        Ok(())
+    }
+
+    /// The user's count.
+    pub fn count(&self, key: &[u8]) -> Result<u64, BenchError> {
+        Ok(self.count.get(key)?.unwrap_or(0))
+    }
+
+    /// The user's history, oldest first.
+    pub fn history(&self, key: &[u8]) -> Result<Vec<Event>, BenchError> {
+        Ok(match &self.history {
+            History::Add(list) => list.get(key)?.iter().cloned().collect(),
+            History::Naive(recent) => recent.get(key)?.unwrap_or_default(),
+        })
+    }
+}
+
 /// strata's tiered store.
 pub struct Embedded {
     store: StateStore,
-    history: History,
-    count: ValueState<u64>,
+    state: UserState,
     seen: u64,
     /// Checkpoints every `w.checkpoint_every` events, until [`Backend::finish`].
     checkpoints: Option<Checkpointing>,
@@ -104,28 +164,19 @@ impl Embedded {
         budget: Budget,
         cold: Option<Arc<CassandraTier>>,
     ) -> Result<Self, BenchError> {
-        let ttl = Ttl::event_time(Duration::from_millis(w.history_days * DAY_MS as u64));
         let mut builder = StateStore::builder(dir.join("l2"));
         if let Some(cold) = cold.clone() {
             builder = builder.cold_tier(cold).l2_capacity(budget.l2_capacity);
         }
-        // Only the states the form uses: read-ahead asks L3 for each.
-        let history = match w.form {
-            Form::ListAdd => StateDescriptor::list("history"),
-            Form::Naive => StateDescriptor::value("history"),
-        };
+        for desc in UserState::descriptors(w) {
+            builder = builder.state(desc);
+        }
         let store = builder
             .l1_capacity(budget.l1_bytes)
             .l2_memory(budget.l2_bytes)
-            .state(history.with_ttl(ttl))
-            .state(StateDescriptor::value("count"))
             .open()?;
         Ok(Self {
-            history: match w.form {
-                Form::ListAdd => History::Add(store.list_state("history")?),
-                Form::Naive => History::Naive(store.value_state("history")?),
-            },
-            count: store.value_state("count")?,
+            state: UserState::open(&store, w.form)?,
             store,
             seen: 0,
             checkpoints: Some(Checkpointing::new(dir.join("checkpoints"), cold.clone())?),
@@ -143,19 +194,7 @@ impl Backend for Embedded {
         if self.seen.is_multiple_of(1024) {
             self.store.clock().advance_watermark(event.ts);
         }
-        match &self.history {
-            History::Add(list) => list.add(&key, event)?,
-            History::Naive(recent) => {
-                let mut events = recent.get(&key)?.unwrap_or_default();
-                events.push(event);
-                if events.len() > KEEP_NAIVE {
-                    events.remove(0);
-                }
-                recent.update(&key, events)?;
-            }
-        }
-        let n = self.count.get(&key)?.unwrap_or(0);
-        self.count.update(&key, n + 1)?;
+        self.state.apply(&key, event)?;
         if self.checkpoint_every > 0 && self.seen.is_multiple_of(self.checkpoint_every) {
             if let Some(c) = &mut self.checkpoints {
                 c.take(&self.store, self.seen)?;
@@ -170,15 +209,11 @@ impl Backend for Embedded {
     }
 
     fn count(&mut self, user: u64) -> Result<u64, BenchError> {
-        Ok(self.count.get(&user.to_be_bytes())?.unwrap_or(0))
+        self.state.count(&user.to_be_bytes())
     }
 
     fn history(&mut self, user: u64) -> Result<Option<Vec<Event>>, BenchError> {
-        let key = user.to_be_bytes();
-        Ok(Some(match &self.history {
-            History::Add(list) => list.get(&key)?.iter().cloned().collect(),
-            History::Naive(recent) => recent.get(&key)?.unwrap_or_default(),
-        }))
+        self.state.history(&user.to_be_bytes()).map(Some)
     }
 
     fn restored(&mut self, latest: &crate::checkpointing::Latest) -> Result<(), BenchError> {

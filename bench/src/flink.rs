@@ -127,11 +127,7 @@ fn parse(tsv: &str, w: &Workload) -> Result<ModeReport, BenchError> {
     Ok(ModeReport {
         events: w.events,
         events_per_sec: field("events_per_s_wall")?,
-        latency_us: Latency {
-            p50: f64::NAN,
-            p99: f64::NAN,
-            p999: f64::NAN,
-        },
+        latency_us: Latency::unmeasured(),
         peak_rss_bytes: field("peak_rss_mib")? as u64 * (1 << 20),
         verified: false,
         external: Some(format!(

@@ -20,6 +20,7 @@ mod backends;
 mod cassandra;
 mod checkpointing;
 mod flink;
+mod pipeline;
 mod plots;
 mod recovery;
 mod report;
@@ -240,7 +241,11 @@ fn child(args: &Args, mode: Mode) -> Result<(), backends::BenchError> {
     let budget = args.budget(w.threads);
     let (report, backends) = runner::run(mode, args.state_dir()?, &w, budget, &args.target())?;
     print_line(&serde_json::to_string(&report)?)?;
-    if mode.is_tiered() && !args.no_recovery {
+    if mode == Mode::Pipeline && !args.no_recovery {
+        // The run ended with its final checkpoint: wait for the SIGKILL.
+        drop(backends);
+        recovery::idle()?;
+    } else if mode.is_tiered() && !args.no_recovery {
         recovery::tail(backends, &w)?;
     }
     Ok(())

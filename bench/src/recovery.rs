@@ -48,6 +48,15 @@ pub fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchEr
     Err("the tail work after the run stopped".into())
 }
 
+/// Waits until the process is killed (a `pipeline` run: the runtime ended
+/// with its final checkpoint, so there is no work after it to lose).
+pub fn idle() -> Result<(), BenchError> {
+    loop {
+        crate::runner::check_parent()?;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// A restored worker's backend and the events its checkpoint holds.
 type Restored = (Box<dyn Backend>, u64);
 
@@ -62,6 +71,9 @@ pub fn recover(
     target: &Target,
     ready: impl FnOnce(),
 ) -> Result<Recovery, BenchError> {
+    if mode == Mode::Pipeline {
+        return crate::pipeline::recover(dir, w, ready);
+    }
     let cx = Context {
         mode,
         dir,

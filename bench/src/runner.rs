@@ -20,7 +20,11 @@ use strata_cache::TierStats;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// strata, L1 + L2.
+    /// strata's runtime: a generator source, key-by, the update form as a
+    /// keyed process function, a discarding sink (see [`crate::pipeline`]).
+    Pipeline,
+    /// strata, L1 + L2, the store driven by one thread per worker (a
+    /// harness standing in for the runtime).
     Embedded,
     /// The same updates straight into RocksDB.
     RocksdbRaw,
@@ -39,7 +43,7 @@ pub enum Mode {
 impl Mode {
     /// Whether the mode checkpoints (and so can be restored after a crash).
     pub fn is_tiered(self) -> bool {
-        matches!(self, Mode::Embedded | Mode::L3)
+        matches!(self, Mode::Pipeline | Mode::Embedded | Mode::L3)
     }
 
     /// Whether the mode needs Cassandra.
@@ -52,11 +56,30 @@ impl Mode {
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Latency {
     /// Median.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p50: f64,
     /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99: f64,
     /// 99.9th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p999: f64,
+}
+
+impl Latency {
+    /// Not measured (the `pipeline` mode times events per run, not each).
+    pub fn unmeasured() -> Self {
+        Self {
+            p50: f64::NAN,
+            p99: f64::NAN,
+            p999: f64::NAN,
+        }
+    }
+}
+
+/// JSON has no NaN: serde_json writes it as `null`, read back here as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// One mode's figures.
@@ -134,6 +157,7 @@ fn open(
         Mode::Memory => Box::new(Memory::new(w)),
         Mode::CassandraPerRecord => Box::new(PerRecord::open(target, w)?),
         Mode::Flink => return Err("mode flink runs the Flink peer, not a backend here".into()),
+        Mode::Pipeline => return Err("mode pipeline runs the runtime, not a backend here".into()),
     })
 }
 
@@ -291,7 +315,7 @@ fn work(
     })
 }
 
-fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
     let progress = indicatif::ProgressBar::new(len);
     progress.set_style(
         indicatif::ProgressStyle::with_template(
@@ -306,7 +330,7 @@ fn progress_bar(mode: Mode, len: u64) -> indicatif::ProgressBar {
 /// Progress as plain lines on stderr every [`ProgressLog::EVERY`] when
 /// stderr is not a terminal (a CI log, a file), where the progress bar
 /// draws nothing: events, share, rate over the last period, RSS.
-struct ProgressLog {
+pub(crate) struct ProgressLog {
     mode: Mode,
     total: u64,
     /// (seconds, events) of the last line.
@@ -317,7 +341,7 @@ impl ProgressLog {
     const EVERY: f64 = 10.0;
 
     /// The sampler's callback: silent when stderr is a terminal.
-    fn callback(mode: Mode, total: u64) -> impl FnMut(&crate::timeline::Sample) {
+    pub(crate) fn callback(mode: Mode, total: u64) -> impl FnMut(&crate::timeline::Sample) {
         use std::io::IsTerminal;
         let mut log = (!std::io::stderr().is_terminal()).then_some(ProgressLog {
             mode,
@@ -359,6 +383,9 @@ pub fn run(
     budget: Budget,
     target: &Target,
 ) -> Result<(ModeReport, Vec<Box<dyn Backend>>), BenchError> {
+    if mode == Mode::Pipeline {
+        return crate::pipeline::run(dir, w, budget);
+    }
     let cx = Context {
         mode,
         dir,

@@ -62,15 +62,65 @@ pub fn with_key_state<T>(
     let meta = latest(dir)?;
     let kg = key_group_of(key, meta.max_parallelism);
     let index = KeyGroupRange::operator_for(kg, meta.max_parallelism, meta.parallelism) as usize;
+    let tmp = tempdir(dir)?;
+    let store = open_operator(dir, &meta, index, states, tmp.path())?;
+    read(&store, &meta)
+}
+
+/// The state of a checkpoint: every keyed operator instance's store,
+/// restored (see [`open_checkpoint`]).
+pub struct CheckpointState {
+    /// The checkpoint.
+    pub meta: CheckpointMetadata,
+    /// Instance i's store, restored under `<work>/op-<i>`.
+    pub stores: Vec<StateStore>,
+}
+
+impl CheckpointState {
+    /// The index of the instance that owns `key` (its key group's).
+    pub fn instance_of(&self, key: &[u8]) -> usize {
+        let m = &self.meta;
+        let kg = key_group_of(key, m.max_parallelism);
+        KeyGroupRange::operator_for(kg, m.max_parallelism, m.parallelism) as usize
+    }
+}
+
+/// Restores every keyed operator instance of the latest checkpoint in `dir`
+/// into directory `work` (which must be absent or empty) and opens its store
+/// with `states` (the job's declared states), at the checkpoint's
+/// watermark: what a restored run would start from, to read it whole.
+///
+/// Errors: no completed checkpoint, a manifest file missing or unreadable,
+/// `states` not those the job declared.
+pub fn open_checkpoint(
+    dir: &Path,
+    states: &[StateDescriptor],
+    work: &Path,
+) -> Result<CheckpointState> {
+    let meta = latest(dir)?;
+    let stores = (0..meta.operators.len())
+        .map(|i| open_operator(dir, &meta, i, states, &work.join(format!("op-{i}"))))
+        .collect::<Result<_>>()?;
+    Ok(CheckpointState { meta, stores })
+}
+
+/// Restores operator instance `index` of checkpoint `meta` into `path` and
+/// opens its store at the instance's watermark.
+fn open_operator(
+    dir: &Path,
+    meta: &CheckpointMetadata,
+    index: usize,
+    states: &[StateDescriptor],
+    path: &Path,
+) -> Result<StateStore> {
     let op = meta.operators.get(index).ok_or_else(|| {
         RuntimeError::checkpoint(
             dir,
             format!("checkpoint {} lacks operator {index}", meta.id),
         )
     })?;
-    let tmp = tempdir(dir)?;
-    snapshot::restore(dir, &op.manifest, tmp.path())?;
-    let mut builder = StateStore::builder(tmp.path())
+    snapshot::restore(dir, &op.manifest, path)?;
+    let mut builder = StateStore::builder(path)
         .max_parallelism(meta.max_parallelism)
         .l2_memory(16 << 20)
         .state(StateDescriptor::value(crate::task::keyed::TIMERS_STATE));
@@ -79,7 +129,7 @@ pub fn with_key_state<T>(
     }
     let store = builder.open()?;
     store.clock().advance_watermark(op.watermark);
-    read(&store, &meta)
+    Ok(store)
 }
 
 pub(crate) fn tempdir(near: &Path) -> Result<TempDir> {

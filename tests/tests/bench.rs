@@ -49,7 +49,7 @@ fn run_local(form: &str) -> serde_json::Value {
         "--checkpoint-every",
         "10000",
     ];
-    let report = run_bench(&args, &["embedded", "rocksdb-raw", "memory"]);
+    let report = run_bench(&args, &["pipeline", "embedded", "rocksdb-raw", "memory"]);
     assert_eq!(
         report["workload"]["form"], form,
         "named as the CLI names it"
@@ -72,6 +72,19 @@ fn check_mode(name: &str, m: &serde_json::Value, events: u64) {
         assert!(v["elements"].as_u64().unwrap() > 0, "{name}: {v}");
     }
     assert!(m["events_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(m["peak_rss_bytes"].as_u64().unwrap() > 0);
+    let l = &m["latency_us"];
+    if name == "pipeline" {
+        // The runtime is timed per run, not per event.
+        assert!(l["p50"].is_null() && l["p999"].is_null(), "{name}: {l}");
+    } else {
+        check_latency(name, m);
+    }
+    check_timeline(name, m, events);
+}
+
+/// A mode's per-event latency: percentiles and distribution in order.
+fn check_latency(name: &str, m: &serde_json::Value) {
     let l = &m["latency_us"];
     let (p50, p99, p999) = (
         l["p50"].as_f64().unwrap(),
@@ -79,7 +92,22 @@ fn check_mode(name: &str, m: &serde_json::Value, events: u64) {
         l["p999"].as_f64().unwrap(),
     );
     assert!(p50 <= p99 && p99 <= p999, "{name}: {l}");
-    assert!(m["peak_rss_bytes"].as_u64().unwrap() > 0);
+    let cdf = m["latency_cdf"].as_array().unwrap();
+    let pairs: Vec<(f64, f64)> = cdf
+        .iter()
+        .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+        .collect();
+    assert!(
+        pairs
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1),
+        "{name}: {pairs:?}"
+    );
+    assert_eq!(pairs.last().unwrap().0, 1.0, "{name}: the CDF reaches 100%");
+}
+
+/// A mode's progress timeline: it only grows and ends at every event.
+fn check_timeline(name: &str, m: &serde_json::Value, events: u64) {
     let timeline = m["timeline"].as_array().unwrap();
     let last = timeline.last().unwrap();
     assert_eq!(
@@ -94,18 +122,6 @@ fn check_mode(name: &str, m: &serde_json::Value, events: u64) {
         counts.windows(2).all(|w| w[0] <= w[1]),
         "{name}: {counts:?}"
     );
-    let cdf = m["latency_cdf"].as_array().unwrap();
-    let pairs: Vec<(f64, f64)> = cdf
-        .iter()
-        .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
-        .collect();
-    assert!(
-        pairs
-            .windows(2)
-            .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1),
-        "{name}: {pairs:?}"
-    );
-    assert_eq!(pairs.last().unwrap().0, 1.0, "{name}: the CDF reaches 100%");
 }
 
 /// A tiered mode's checkpoints and its restore after SIGKILL: the restored
@@ -129,11 +145,20 @@ fn check_checkpoints(name: &str, m: &serde_json::Value, events: u64, every: u64)
 
 fn check(report: &serde_json::Value) {
     let modes = report["modes"].as_object().unwrap();
-    assert_eq!(modes.len(), 3);
+    assert_eq!(modes.len(), 4);
     for (name, m) in modes {
         check_mode(name, m, 60000);
     }
     check_checkpoints("embedded", &modes["embedded"], 60000, 10000);
+    // The runtime checkpoints every 10 s of wall time and at the end.
+    let pipeline = &modes["pipeline"];
+    assert!(pipeline["checkpoints"]["count"].as_u64().unwrap() >= 1);
+    let r = &pipeline["recovery"];
+    assert_eq!(
+        (&r["verified"], &r["events"]),
+        (&true.into(), &60000.into()),
+        "{r}"
+    );
     assert!(modes["memory"]["recovery"].is_null());
     assert_eq!(modes["rocksdb-raw"]["ratio_to_rocksdb_raw"], 1.0);
     let embedded = &modes["embedded"];

@@ -134,7 +134,9 @@ fn a_generator_run_that_fails_and_is_restored_commits_exactly_the_output_of_one_
         .run()
         .expect_err("the first run fails at record 15000");
     assert!(
-        failed.to_string().contains("failing on purpose at record 15000"),
+        failed
+            .to_string()
+            .contains("failing on purpose at record 15000"),
         "{failed}"
     );
     let before = committed(&out);
