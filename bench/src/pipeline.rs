@@ -197,10 +197,7 @@ pub fn run(
 
 /// The events of each worker (what the model of each holds).
 fn per_worker(w: &Workload) -> Vec<u64> {
-    let threads = u64::from(w.threads);
-    (0..threads)
-        .map(|t| w.events / threads + u64::from(t < w.events % threads))
-        .collect()
+    (0..w.threads).map(|t| w.events_of(t)).collect()
 }
 
 /// The runtime's checkpoints in the harness's terms.

@@ -4,8 +4,9 @@
 //!
 //! A history is compared element by element (event time and a 64-bit hash
 //! of the payload, in order) over the events newer than the check cutoff:
-//! the worker's last event time minus the history length. Older events may
-//! or may not have expired yet in a given backend (strata expires them
+//! the workload's last event time (of all workers: the runtime's operator
+//! instances share one watermark) minus the history length. Older events
+//! may or may not have expired yet in a given backend (strata expires them
 //! against its watermark, the hash map on the user's next event); every
 //! newer one must be there exactly once. In the `naive` form a history
 //! holds a user's last 100 events only. A lost, doubled, reordered or
@@ -64,11 +65,7 @@ fn element(e: &Event) -> Element {
 
 /// The model of worker `thread`: every user's count and expected history.
 fn model(w: &Workload, thread: u32) -> (HashMap<u64, Expected>, i64) {
-    let last_ts = w
-        .events(thread)
-        .map(|(_, e)| e.ts)
-        .max()
-        .unwrap_or(i64::MIN);
+    let last_ts = w.last_event_time().unwrap_or(i64::MIN);
     let cutoff = last_ts.saturating_sub(w.history_days as i64 * DAY_MS);
     let keep = match w.form {
         Form::ListAdd => usize::MAX,

@@ -86,7 +86,7 @@ impl Workload {
         let threads = u64::from(self.threads);
         let users_here =
             (self.users / threads + u64::from(u64::from(thread) < self.users % threads)).max(1);
-        let count = self.events / threads + u64::from(u64::from(thread) < self.events % threads);
+        let count = self.events_of(thread);
         Events {
             rng: StdRng::seed_from_u64(0x5eed ^ u64::from(thread)),
             zipf: (self.zipf > 0.0)
@@ -102,9 +102,27 @@ impl Workload {
             payload: self.payload,
         }
     }
+
+    /// How many events worker `thread` processes.
+    pub fn events_of(&self, thread: u32) -> u64 {
+        let threads = u64::from(self.threads);
+        self.events / threads + u64::from(u64::from(thread) < self.events % threads)
+    }
+
+    /// The newest event time of all workers (`None` without events):
+    /// worker 0's last, as it has the most events.
+    pub fn last_event_time(&self) -> Option<i64> {
+        let first = self.events(0);
+        first.count.checked_sub(1).map(|n| first.time_of(n))
+    }
 }
 
 impl Events {
+    /// The event time of this worker's event number `n`.
+    fn time_of(&self, n: u64) -> i64 {
+        EPOCH_2026 + (n as f64 * self.step_ms) as i64
+    }
+
     /// The users this worker owns (for verification).
     pub fn users(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.users_here).map(|i| i * self.threads + self.thread)
@@ -122,7 +140,7 @@ impl Iterator for Events {
             Some(z) => z.sample(&mut self.rng) as u64 - 1,
             None => self.rng.random_range(0..self.users_here),
         };
-        let ts = EPOCH_2026 + (self.next as f64 * self.step_ms) as i64;
+        let ts = self.time_of(self.next);
         // Random bytes: compression must not make the state look smaller
         // than a real event history would be.
         let mut payload = vec![0; self.payload];

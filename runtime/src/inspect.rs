@@ -90,14 +90,24 @@ impl CheckpointState {
 /// with `states` (the job's declared states), at the checkpoint's
 /// watermark: what a restored run would start from, to read it whole.
 ///
-/// Errors: no completed checkpoint, a manifest file missing or unreadable,
-/// `states` not those the job declared.
+/// Errors: no completed checkpoint, a checkpoint of a job with L3 (its
+/// cold keys are in Cassandra, which this does not read), a manifest file
+/// missing or unreadable, `states` not those the job declared.
 pub fn open_checkpoint(
     dir: &Path,
     states: &[StateDescriptor],
     work: &Path,
 ) -> Result<CheckpointState> {
     let meta = latest(dir)?;
+    if let Some(table) = &meta.l3_table {
+        return Err(RuntimeError::checkpoint(
+            dir,
+            format!(
+                "checkpoint {} keeps cold keys in L3 ({table}): opening its local state alone would miss them",
+                meta.id
+            ),
+        ));
+    }
     let stores = (0..meta.operators.len())
         .map(|i| open_operator(dir, &meta, i, states, &work.join(format!("op-{i}"))))
         .collect::<Result<_>>()?;

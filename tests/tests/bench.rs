@@ -153,12 +153,10 @@ fn check(report: &serde_json::Value) {
     // The runtime checkpoints every 10 s of wall time and at the end.
     let pipeline = &modes["pipeline"];
     assert!(pipeline["checkpoints"]["count"].as_u64().unwrap() >= 1);
+    // Its final checkpoint read again in a new process after SIGKILL.
     let r = &pipeline["recovery"];
-    assert_eq!(
-        (&r["verified"], &r["events"]),
-        (&true.into(), &60000.into()),
-        "{r}"
-    );
+    assert_eq!(r["verified"], true, "{r}");
+    assert_eq!(r["verification"]["counted"], 60000, "{r}");
     assert!(modes["memory"]["recovery"].is_null());
     assert_eq!(modes["rocksdb-raw"]["ratio_to_rocksdb_raw"], 1.0);
     let embedded = &modes["embedded"];
@@ -180,6 +178,19 @@ fn every_mode_counts_every_event_in_the_list_add_form() {
 #[test]
 fn every_mode_counts_every_event_in_the_naive_form() {
     check(&run_local("naive"));
+}
+
+/// Workers with one event fewer than others end a step of event time
+/// earlier, while the runtime's instances share one watermark: the
+/// verification must judge expiry against the workload's last event.
+#[test]
+fn the_pipeline_mode_verifies_events_uneven_over_its_workers() {
+    let args = ["--users", "300", "--events", "1001", "--threads", "3"];
+    let report = run_bench(&args, &["pipeline", "memory"]);
+    for (name, m) in report["modes"].as_object().unwrap() {
+        assert_eq!(m["verified"], true, "{name}: {m}");
+        assert!(m["verification"]["elements"].as_u64().unwrap() > 0);
+    }
 }
 
 /// The modes that need Cassandra (a real node; under CI it must be up):

@@ -145,6 +145,12 @@ fn a_generator_run_that_fails_and_is_restored_commits_exactly_the_output_of_one_
         "the failed run committed {} records: expected some, not all",
         before.len()
     );
+    let checkpointed = strata_runtime::inspect::latest(&out.join("_checkpoints"))
+        .unwrap()
+        .source
+        .position
+        .records;
+    assert!(checkpointed > 0 && checkpointed < 15_000, "{checkpointed}");
     armed.store(false, Ordering::SeqCst);
     let report = pipeline("seq", 15_000, &armed)
         .jsonl_sink(&out)
@@ -154,7 +160,7 @@ fn a_generator_run_that_fails_and_is_restored_commits_exactly_the_output_of_one_
     assert!(report.restored_from.is_some());
     assert_eq!(
         report.records_in,
-        TOTAL - before.len() as u64,
+        TOTAL - checkpointed,
         "the restored run starts at the checkpointed index"
     );
     assert_eq!(committed(&out), expected());

@@ -168,12 +168,16 @@ pub(crate) fn dead_letter_target(
             reason: "names a Kafka topic, but neither the input nor the output is Kafka".into(),
         }),
         (None, _, Target::Dir(d)) => Ok(Target::Dir(d.clone())),
-        (None, _, Target::Kafka { .. } | Target::Discard)
-            if config.bad_input == BadInputPolicy::DeadLetter =>
-        {
+        (None, _, Target::Kafka { .. }) if config.bad_input == BadInputPolicy::DeadLetter => {
             Err(RuntimeError::Config {
                 key: "bad-input.dead-letter-topic".into(),
-                reason: "bad-input.policy=dead-letter with a Kafka output or a discarding sink needs a dead-letter topic: set bad-input.dead-letter-topic".into(),
+                reason: "bad-input.policy=dead-letter with a Kafka output needs a dead-letter topic: set bad-input.dead-letter-topic".into(),
+            })
+        }
+        (None, _, Target::Discard) if config.bad_input == BadInputPolicy::DeadLetter => {
+            Err(RuntimeError::Config {
+                key: "bad-input.policy".into(),
+                reason: "dead-letter with a discarding sink needs a Kafka input and bad-input.dead-letter-topic (a discarding sink has no directory to write dead letters to)".into(),
             })
         }
         // Never written (policy fail): the checkpoint directory's staging

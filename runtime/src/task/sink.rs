@@ -37,9 +37,7 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                 event = self.gate.next() => match event? {
                     Event::Records(batch) => {
                         let n = batch.len() as u64;
-                        if !matches!(self.sink, OutputSink::Discard) {
-                            self.write(batch, &mut line).await?;
-                        }
+                        self.write(batch, &mut line).await?;
                         self.progress.records_out.fetch_add(n, Ordering::Relaxed);
                     }
                     Event::Watermark(_) => {}
@@ -75,11 +73,15 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
         })?)
     }
 
-    /// Writes a batch as JSON lines (`line`: a reused buffer).
+    /// Writes a batch as JSON lines (`line`: a reused buffer); a
+    /// discarding sink only keeps to the rate limit.
     async fn write(&mut self, batch: Vec<Keyed<O>>, line: &mut Vec<u8>) -> Result<()> {
         for record in batch {
             if let Some(t) = &self.throttle {
                 t.acquire().await;
+            }
+            if matches!(self.sink, OutputSink::Discard) {
+                continue;
             }
             line.clear();
             serde_json::to_writer(&mut *line, &record.value)
