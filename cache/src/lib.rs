@@ -64,6 +64,7 @@ pub mod codec;
 pub mod composite_key;
 mod error;
 mod eviction;
+mod front;
 pub mod key_group;
 mod l2;
 #[cfg(feature = "l3")]

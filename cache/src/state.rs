@@ -184,8 +184,9 @@ where
     }
 
     /// Sets the key's value (write-back: it reaches L2 on eviction or
-    /// flush). A key L1 holds is changed in place: one moka lookup, no
-    /// allocation when no [`ValueState::get`] copy shares the old value.
+    /// flush). A key L1 holds is changed in place: one front-index probe
+    /// or moka lookup, no allocation when no [`ValueState::get`] copy
+    /// shares the old value.
     pub fn update(&self, key: &[u8], value: T) -> Result<()> {
         let inner = &self.store.inner;
         let l1_key = inner.l1_key_vec(self.id, key, &[]);

@@ -3,7 +3,8 @@
 //! One [`StateStore`] serves one operator instance (Flink's keyed state
 //! backend). Reads go L1 → L2 → L3 and promote what they find into L1.
 //! Writes to value and list state are write-back: they land in L1 marked
-//! dirty, changed in place when the key is there already (one moka lookup
+//! dirty, changed in place when the key is there already (one probe of
+//! the front index, [`crate::front`], for a hot key; else one moka lookup
 //! per state access); a list append to a key L1 lacks goes to an append
 //! buffer (a hash map beside L1), without reading the list. A dirty entry
 //! reaches L2 when L1 evicts it (the eviction listener moves it into that
@@ -18,6 +19,7 @@
 
 use crate::codec;
 use crate::error::{Result, StateError};
+use crate::front::{FrontIndex, Probe};
 use crate::l2::{self, L2Budget};
 use crate::schema::TypeSchema;
 use crate::state::{ListState, MapState, StateDescriptor, StateKind, ValueState};
@@ -103,7 +105,7 @@ pub(crate) struct Slot {
     /// Set when moka removed the entry (evicted, replaced or invalidated):
     /// a slot found by a lookup whose own housekeeping removed it must not
     /// be changed in place (the change would be lost).
-    gone: AtomicBool,
+    pub(crate) gone: AtomicBool,
 }
 
 impl Slot {
@@ -442,6 +444,8 @@ pub(crate) type L1Hasher = xxhash_rust::xxh3::Xxh3DefaultBuilder;
 pub(crate) struct StoreInner {
     pub(crate) lower: Arc<Lower>,
     pub(crate) l1: moka::sync::Cache<L1Key, Arc<Slot>, L1Hasher>,
+    /// Hot slots found without a moka lookup (see [`crate::front`]).
+    front: FrontIndex,
     dirty: Mutex<DirtySet>,
     tier_lock: Mutex<()>,
     pub(crate) clock: Arc<Clock>,
@@ -685,10 +689,11 @@ impl StoreBuilder {
             has_cold: self.cold.is_some(),
         });
         let listener_lower = lower.clone();
+        let front = FrontIndex::for_capacity(self.l1_capacity);
         let l1 = moka::sync::Cache::builder()
             // moka stores nothing at capacity 0 and tells no listener, so
             // dirty entries would vanish; at 1 byte every entry spills to L2.
-            .max_capacity(self.l1_capacity.max(1))
+            .max_capacity(self.l1_capacity.saturating_sub(front.bytes()).max(1))
             .weigher(|k: &L1Key, s: &Arc<Slot>| {
                 (k.len() as u32)
                     .saturating_add(s.weight.load(Ordering::Relaxed))
@@ -702,6 +707,7 @@ impl StoreBuilder {
             inner: Arc::new(StoreInner {
                 lower,
                 l1,
+                front,
                 dirty: Mutex::default(),
                 tier_lock: Mutex::new(()),
                 clock,
@@ -1234,13 +1240,25 @@ impl StoreInner {
         got
     }
 
-    /// [`StoreInner::l1_get`] without counting (for writes): one moka
-    /// lookup, and the slot only if it is still in L1 (a lookup's own
-    /// housekeeping may evict it).
+    /// [`StoreInner::l1_get`] without counting (for writes): a probe of
+    /// the front index, else one moka lookup; the slot only if it is still
+    /// in L1 (a lookup's own housekeeping may evict it).
     pub(crate) fn l1_peek(&self, l1_key: &[u8]) -> Option<Arc<Slot>> {
-        self.l1
-            .get(l1_key)
-            .filter(|slot| !slot.gone.load(Ordering::Acquire))
+        let in_l1 = |slot: &Arc<Slot>| !slot.gone.load(Ordering::Acquire);
+        let hash = xxhash_rust::xxh3::xxh3_64(l1_key);
+        match self.front.probe(hash, l1_key) {
+            Probe::Hit(slot) => return Some(slot),
+            Probe::HitRefresh(slot) => {
+                // Keeps moka's access order near the truth; its
+                // housekeeping may evict the slot meanwhile.
+                let _ = self.l1.get(l1_key);
+                return Some(slot).filter(in_l1);
+            }
+            Probe::Miss => {}
+        }
+        let slot = self.l1.get(l1_key).filter(in_l1)?;
+        self.front.offer(hash, &slot);
+        Some(slot)
     }
 
     /// Puts a slot in L1 (replacing what L1 held of its key), and a dirty
@@ -1249,7 +1267,12 @@ impl StoreInner {
         if slot.dirty.load(Ordering::Acquire) {
             lock(&self.dirty).push(&slot);
         }
-        self.l1.insert(slot.key.clone(), slot);
+        self.l1.insert(slot.key.clone(), slot.clone());
+        // moka may have evicted it at once (larger than L1).
+        if !slot.gone.load(Ordering::Acquire) {
+            self.front
+                .offer(xxhash_rust::xxh3::xxh3_64(&slot.key), &slot);
+        }
     }
 
     /// Reads the encoded value of an L1 key from L2, then L3.
@@ -1343,7 +1366,11 @@ impl StoreInner {
     /// L2 keeps a tombstone (an empty complete list for list state) until
     /// the deletion reaches L3.
     pub(crate) fn remove(&self, l1_key: &[u8]) -> Result<()> {
-        self.l1.invalidate(l1_key);
+        // Gone at once, whenever moka tells its listener: the front index
+        // must not find it.
+        if let Some(slot) = self.l1.remove(l1_key) {
+            slot.gone.store(true, Ordering::Release);
+        }
         self.lower.write_spills()?;
         let state = u16::from_be_bytes([l1_key[0], l1_key[1]]);
         let lower = &self.lower;
