@@ -25,6 +25,9 @@ use std::sync::{Arc, Mutex, Weak};
 /// One front hit in this many also looks the key up in moka.
 pub(crate) const REFRESH_EVERY: u32 = 32;
 
+/// The smallest index kept: below it, an L1 too small to spare an eighth.
+const MIN_ENTRIES: u64 = 16;
+
 /// Bytes one index entry may keep allocated: the entry itself, and the
 /// allocation of a slot moka dropped while the entry still points at it.
 pub(crate) const ENTRY_BYTES: u64 =
@@ -58,11 +61,15 @@ pub(crate) struct FrontIndex {
 
 impl FrontIndex {
     /// An index that may keep at most an eighth of `l1_capacity` (a power
-    /// of two of entries, 16 to 1,048,576); [`FrontIndex::bytes`] says how
-    /// much exactly.
+    /// of two of entries, 16 to 1,048,576), or none when an eighth holds
+    /// fewer than 16 (an L1 under 12 KiB); [`FrontIndex::bytes`] says how
+    /// much it keeps.
     pub(crate) fn for_capacity(l1_capacity: u64) -> Self {
-        let fit = (l1_capacity / 8 / ENTRY_BYTES).max(1);
-        let n = (1u64 << (63 - fit.leading_zeros())).clamp(1 << 4, 1 << 20);
+        let fit = l1_capacity / 8 / ENTRY_BYTES;
+        let n = match fit {
+            0..MIN_ENTRIES => 0,
+            _ => (1u64 << (63 - fit.leading_zeros())).min(1 << 20),
+        };
         let entries = (0..n)
             .map(|_| Entry {
                 hash: 0,
@@ -75,19 +82,21 @@ impl FrontIndex {
                 entries,
                 since_refresh: 0,
             }),
-            mask: n - 1,
+            mask: n.saturating_sub(1),
         }
     }
 
     /// The most memory the index keeps (charged to L1's capacity).
     pub(crate) fn bytes(&self) -> u64 {
-        (self.mask + 1) * ENTRY_BYTES
+        lock(&self.table).entries.len() as u64 * ENTRY_BYTES
     }
 
     /// Looks `l1_key` (of hash `hash`) up.
     pub(crate) fn probe(&self, hash: u64, l1_key: &[u8]) -> Probe {
         let mut table = lock(&self.table);
-        let entry = &mut table.entries[(hash & self.mask) as usize];
+        let Some(entry) = table.entries.get_mut((hash & self.mask) as usize) else {
+            return Probe::Miss;
+        };
         if entry.hash != hash {
             return Probe::Miss;
         }
@@ -112,7 +121,9 @@ impl FrontIndex {
     /// else only when its slot was not used since it was last passed over.
     pub(crate) fn offer(&self, hash: u64, slot: &Arc<Slot>) {
         let mut table = lock(&self.table);
-        let entry = &mut table.entries[(hash & self.mask) as usize];
+        let Some(entry) = table.entries.get_mut((hash & self.mask) as usize) else {
+            return;
+        };
         let held = entry.slot.upgrade();
         let free = held.as_ref().is_none_or(|s| {
             s.gone.load(Ordering::Acquire) || (entry.hash == hash && s.key == slot.key)
@@ -141,9 +152,25 @@ mod tests {
         Slot::new(key.into(), 0, 0, Arc::new(1u64), 8, false)
     }
 
+    /// The smallest L1 with an index.
+    const SMALL: u64 = 8 * MIN_ENTRIES * ENTRY_BYTES;
+
+    #[test]
+    fn an_l1_too_small_to_spare_an_eighth_has_no_index() {
+        let none = FrontIndex::for_capacity(SMALL - 1);
+        assert_eq!(none.bytes(), 0);
+        let a = slot(b"a");
+        none.offer(7, &a);
+        assert!(matches!(none.probe(7, b"a"), Probe::Miss));
+        let some = FrontIndex::for_capacity(SMALL);
+        assert_eq!(some.bytes(), SMALL / 8);
+        let big = FrontIndex::for_capacity(1 << 40);
+        assert_eq!(big.bytes(), (1 << 20) * ENTRY_BYTES);
+    }
+
     #[test]
     fn a_probe_finds_only_the_same_key_still_in_l1() {
-        let front = FrontIndex::for_capacity(0);
+        let front = FrontIndex::for_capacity(SMALL);
         let a = slot(b"a");
         front.offer(7, &a);
         assert!(matches!(front.probe(7, b"a"), Probe::Hit(s) if Arc::ptr_eq(&s, &a)));
@@ -161,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_used_entry_survives_one_offer_of_another_key() {
-        let front = FrontIndex::for_capacity(0);
+        let front = FrontIndex::for_capacity(SMALL);
         let n = front.mask + 1;
         let (hot, cold) = (slot(b"hot"), slot(b"cold"));
         front.offer(1, &hot);
@@ -179,7 +206,7 @@ mod tests {
 
     #[test]
     fn one_hit_in_refresh_every_asks_moka() {
-        let front = FrontIndex::for_capacity(0);
+        let front = FrontIndex::for_capacity(SMALL);
         let a = slot(b"a");
         front.offer(3, &a);
         let refreshes = (0..REFRESH_EVERY * 3)

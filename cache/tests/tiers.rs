@@ -19,29 +19,41 @@ fn store(dir: &std::path::Path, l1_bytes: u64) -> StateStore {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// Whatever the interleaving of writes, evictions (an L1 of ~1 KB holds a
-    /// handful of entries) and flushes, every read returns what a plain
-    /// in-memory model holds.
+    /// Whatever the interleaving of writes, evictions and flushes, every
+    /// read returns what a plain in-memory model holds: with an L1 of ~1 KB
+    /// (a handful of entries, no front index) and of 16 KiB (about 30
+    /// entries of the 72 the ops touch, and a front index of 16, whose hits
+    /// meet moka's evictions).
     #[test]
     fn every_read_matches_a_model_while_entries_cross_tiers(ops in proptest::collection::vec(op(), 1..300)) {
-        let dir = tempfile::tempdir().unwrap();
-        let s = store(dir.path(), 1024);
-        let h = Handles::of(&s);
-        let mut m = Model::default();
-        for op in ops {
-            if let Op::Flush = op {
-                s.flush().unwrap();
+        for l1 in [1024, 16 << 10] {
+            let dir = tempfile::tempdir().unwrap();
+            let s = store(dir.path(), l1);
+            let h = Handles::of(&s);
+            let mut m = Model::default();
+            for op in &ops {
+                if let Op::Flush = op {
+                    s.flush().unwrap();
+                }
+                h.apply(op, &mut m);
+                h.check(&m)?;
             }
-            h.apply(&op, &mut m);
-            h.check(&m)?;
         }
     }
 }
 
+/// With an L1 of 4 KiB (no front index) and of 16 KiB (a front index of
+/// 16 entries, whose hits meet the other threads' evictions).
 #[test]
 fn read_your_writes_holds_while_other_threads_evict() {
+    for l1 in [4096, 16 << 10] {
+        read_your_writes_under_eviction(l1);
+    }
+}
+
+fn read_your_writes_under_eviction(l1: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let s = store(dir.path(), 4096);
+    let s = store(dir.path(), l1);
     let threads: Vec<_> = (0..4u8)
         .map(|t| {
             let count = s.value_state::<u64>("count").unwrap();
