@@ -198,37 +198,45 @@ impl<I> Input<I> {
         chunk: &mut VecDeque<ReadRecord<I>>,
         max: usize,
     ) -> Result<Option<usize>> {
-        let mut rows = VecDeque::new();
-        let n = match &mut self.kind {
+        let Input {
+            kind,
+            schema,
+            parse,
+        } = self;
+        // Each row is parsed as it is read, straight into the chunk.
+        let parsed = |r: ReadRow| ReadRecord {
+            record: r.row.and_then(|row| parse(row, schema)),
+            cursor: r.cursor,
+        };
+        let n = match kind {
             InputKind::File { source, .. } => {
-                while rows.len() < max {
+                let mut n = 0;
+                while n < max {
                     let Some(row) = source.next_row()? else {
                         break;
                     };
-                    rows.push_back(ReadRow {
+                    chunk.push_back(parsed(ReadRow {
                         row,
                         cursor: Cursor::File {
                             position: source.position(),
                             progress: source.progress(),
                         },
-                    });
+                    }));
+                    n += 1;
                 }
-                (!rows.is_empty()).then_some(rows.len())
+                (n > 0).then_some(n)
             }
             InputKind::Kafka(k) => match k.source.poll(Duration::from_millis(100))? {
                 Polled::Records(batch) => {
-                    rows.extend(batch.into_iter().map(|f| k.decode(f)));
-                    Some(rows.len())
+                    let n = batch.len();
+                    chunk.extend(batch.into_iter().map(|f| parsed(k.decode(f))));
+                    Some(n)
                 }
                 Polled::Idle => Some(0),
                 Polled::End => None,
             },
-            InputKind::Generator(g) => return Ok(g.read(chunk, max)),
+            InputKind::Generator(g) => g.read(chunk, max),
         };
-        chunk.extend(rows.into_iter().map(|r| ReadRecord {
-            record: r.row.and_then(|row| (self.parse)(row, &self.schema)),
-            cursor: r.cursor,
-        }));
         Ok(n)
     }
 
