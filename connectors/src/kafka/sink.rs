@@ -320,10 +320,7 @@ impl KafkaSink {
     /// The error of a producer a newer instance fenced, if this one was.
     fn fenced(&self, seq: u64) -> Option<ConnectorError> {
         let (code, reason) = self.producer.client().fatal_error()?;
-        let fenced = matches!(
-            code,
-            RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
-        ) || reason.to_lowercase().contains("fenc");
+        let fenced = is_fencing(code) || reason.to_lowercase().contains("fenc");
         fenced.then(|| ConnectorError::Kafka {
             what: format!(
                 "commit epoch file {seq} to {} (transactional.id {})",
@@ -337,7 +334,7 @@ impl KafkaSink {
         if let Some(fenced) = self.fenced(seq) {
             return fenced;
         }
-        let fenced = matches!(&e, KafkaError::Transaction(t) if t.code() == RDKafkaErrorCode::ProducerFenced || t.code() == RDKafkaErrorCode::InvalidProducerEpoch);
+        let fenced = matches!(&e, KafkaError::Transaction(t) if is_fencing(t.code()));
         ConnectorError::Kafka {
             what: format!(
                 "commit epoch file {seq} to {} (transactional.id {})",
@@ -518,9 +515,36 @@ fn unhex(text: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// Whether `code` says a newer producer with the same `transactional.id`
+/// fenced this one. librdkafka normalises the brokers' `PRODUCER_FENCED`
+/// and `INVALID_PRODUCER_EPOCH` to its local `__FENCED` (-144) for most
+/// transactional calls, but not all; all three mean the same.
+fn is_fencing(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_code_a_fenced_producer_gets_counts_as_fencing() {
+        // The CI once saw a fenced commit reported as __FENCED (-144) with
+        // "old epoch" in its text, which an earlier check missed.
+        for code in [
+            RDKafkaErrorCode::Fenced,
+            RDKafkaErrorCode::ProducerFenced,
+            RDKafkaErrorCode::InvalidProducerEpoch,
+        ] {
+            assert!(is_fencing(code), "{code:?}");
+        }
+        assert!(!is_fencing(RDKafkaErrorCode::InvalidTransactionalState));
+    }
 
     #[test]
     fn staged_records_read_back_byte_for_byte() {
