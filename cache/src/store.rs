@@ -366,11 +366,28 @@ impl Lower {
             return;
         }
         if let Err(e) = self.spill(slot) {
-            if let Ok(mut failure) = self.spill_failure.lock() {
-                failure.get_or_insert_with(|| e.to_string());
-            }
-            self.spill_failed.store(true, Ordering::Release);
+            self.record_failure(&e);
         }
+    }
+
+    /// Fails every later operation of the store with `e`: a dirty entry
+    /// did not reach L2.
+    fn record_failure(&self, e: &StateError) {
+        if let Ok(mut failure) = self.spill_failure.lock() {
+            failure.get_or_insert_with(|| e.to_string());
+        }
+        self.spill_failed.store(true, Ordering::Release);
+    }
+
+    /// Writes `batch` and marks the slots it holds clean.
+    fn write_cleaning(&self, batch: &mut WriteBatch, slots: &mut Vec<Arc<Slot>>) -> Result<()> {
+        if !batch.is_empty() {
+            self.db.write_opt(std::mem::take(batch), &self.write_opts)?;
+        }
+        for slot in slots.drain(..) {
+            slot.dirty.store(false, Ordering::Release);
+        }
+        Ok(())
     }
 }
 
@@ -1122,12 +1139,26 @@ impl StoreInner {
     /// written then), after the buffered writes (older than them).
     fn flush_dirty(&self) -> Result<()> {
         let _tiers = self.lock_tiers()?;
-        let lower = &self.lower;
         let slots = std::mem::take(&mut lock(&self.dirty).slots);
+        let written = self.write_dirty(&slots);
+        if let Err(e) = &written {
+            // The slots taken from the dirty set are not all in L2: the
+            // store must not go on as if they were.
+            self.lower.record_failure(e);
+        }
+        written
+    }
+
+    /// Writes the buffered spills, then the slots of `slots` still dirty,
+    /// in batches of about the spill buffer's size (an eighth of L1's
+    /// capacity, at most 4 MB): one batch of the whole dirty set would
+    /// copy all of it again beside L1 and into one oversized memtable.
+    fn write_dirty(&self, slots: &[Weak<Slot>]) -> Result<()> {
+        let lower = &self.lower;
         let mut batch = WriteBatch::default();
         // Evicted writes first: a slot dirty in L1 now is newer.
         lower.batch_spills(&mut batch)?;
-        let mut written = Vec::with_capacity(slots.len());
+        let mut written = Vec::new();
         for slot in slots.iter().filter_map(Weak::upgrade) {
             if slot.gone.load(Ordering::Acquire) || !slot.dirty.load(Ordering::Acquire) {
                 continue;
@@ -1135,12 +1166,11 @@ impl StoreInner {
             let encoded = lower.encode_slot(&slot)?;
             batch.put_cf(&lower.cf(slot.state)?, &slot.key[2..], encoded.bytes);
             written.push(slot);
+            if batch.size_in_bytes() >= lower.spill_bytes {
+                lower.write_cleaning(&mut batch, &mut written)?;
+            }
         }
-        lower.db.write_opt(batch, &lower.write_opts)?;
-        for slot in written {
-            slot.dirty.store(false, Ordering::Release);
-        }
-        Ok(())
+        lower.write_cleaning(&mut batch, &mut written)
     }
 
     /// Appends encoded list elements to what L2 holds of `l1_key`, through

@@ -184,6 +184,41 @@ fn a_restored_snapshot_holds_exactly_the_checkpointed_state_and_uploads_are_incr
 }
 
 #[test]
+fn a_checkpoint_of_a_dirty_set_many_batches_large_holds_every_value() {
+    // L1 of 8 MB writes its dirty set in batches of about 1 MB: 20,000
+    // values of 120 bytes take several, and every one must be in the
+    // checkpoint, the newest write of each key.
+    let dir = tempfile::tempdir().unwrap();
+    let (live, chk) = (dir.path().join("live"), dir.path().join("chk-1"));
+    let builder =
+        |dir: &std::path::Path| model::builder(dir, 8 << 20).state(StateDescriptor::value("blob"));
+    let s = builder(&live).open().unwrap();
+    let blobs = s.value_state::<Vec<u8>>("blob").unwrap();
+    let value = |k: u32, round: u8| vec![round ^ (k as u8); 120];
+    for round in 0..2u8 {
+        for k in 0..20_000u32 {
+            blobs.update(&k.to_be_bytes(), value(k, round)).unwrap();
+        }
+    }
+    s.checkpoint(&chk, 1).unwrap();
+    blobs.update(&0u32.to_be_bytes(), vec![]).unwrap();
+    drop(blobs);
+    s.close().unwrap();
+    let r = builder(&dir.path().join("restored"))
+        .from_checkpoint(&chk)
+        .open()
+        .unwrap();
+    let blobs = r.value_state::<Vec<u8>>("blob").unwrap();
+    for k in 0..20_000u32 {
+        assert_eq!(
+            blobs.get(&k.to_be_bytes()).unwrap(),
+            Some(value(k, 1)),
+            "key {k}"
+        );
+    }
+}
+
+#[test]
 fn asking_for_an_undeclared_or_mistyped_state_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), 1 << 20);
