@@ -32,6 +32,11 @@ mod workload;
 use clap::Parser;
 use runner::Mode;
 use std::path::PathBuf;
+
+/// The allocator of the `strata` binary (jemalloc, RocksDB included), so
+/// every mode measures what users run.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use workload::{Form, Workload};
 
 /// The user-history workload against strata and baselines.

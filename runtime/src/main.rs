@@ -2,6 +2,13 @@
 
 use clap::Parser;
 
+/// jemalloc for Rust and, unprefixed, for RocksDB's C++ too: with glibc's
+/// malloc the tokio threads' arenas kept freed memory (see
+/// docs/benchmarks.md, "Memory").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = strata_runtime::cli::Cli::parse();
     match strata_runtime::cli::main(cli) {
