@@ -16,6 +16,10 @@ use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use strata_cache::{ListState, StateDescriptor, StateStore, ValueState};
 
+/// The allocator of the `strata` binary, so the figures are what it runs.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Keys written before measuring.
 const KEYS: u64 = 100_000;
 
