@@ -10,8 +10,9 @@
 //! reaches L2 when L1 evicts it (the eviction listener moves it into that
 //! buffer, which reads consult) and when [`StateStore::flush`] writes the
 //! buffer and the dirty set — the entries made dirty since the last flush,
-//! not a scan of L1 — in one `WriteBatch` at a checkpoint barrier. The
-//! buffer is also written, as one batch, whenever it fills. Every tier operation runs under one tier lock
+//! not a scan of L1 — in `WriteBatch`es of about the buffer's size at a
+//! checkpoint barrier. The buffer is also written, as one batch, whenever
+//! it fills; a write that fails fails the store (every later operation). Every tier operation runs under one tier lock
 //! (uncontended when one task owns the store), and moka runs its eviction
 //! listener inside the operation that caused the eviction, so a dirty entry
 //! leaving L1 is written to L2 before any other read can look for it:
@@ -314,14 +315,17 @@ impl Lower {
         Ok(())
     }
 
-    /// Writes the buffered spills to L2 (see [`Spills`]).
+    /// Writes the buffered spills to L2 (see [`Spills`]). A failure fails
+    /// the store: the spills taken from the buffer are lost.
     pub(crate) fn write_spills(&self) -> Result<()> {
         let mut batch = WriteBatch::default();
-        self.batch_spills(&mut batch)?;
-        if !batch.is_empty() {
-            self.db.write_opt(batch, &self.write_opts)?;
+        let written = self
+            .batch_spills(&mut batch)
+            .and_then(|()| self.write_cleaning(&mut batch, &mut Vec::new()));
+        if let Err(e) = &written {
+            self.record_failure(e);
         }
-        Ok(())
+        written
     }
 
     /// Moves the buffered spills into `batch`.
@@ -958,7 +962,11 @@ impl StateStore {
         Ok(())
     }
 
-    /// Writes every dirty L1 entry to L2 in one batch (at a checkpoint barrier).
+    /// Writes every dirty L1 entry to L2, in batches (at a checkpoint barrier).
+    ///
+    /// Errors: a failed write fails this call and every later operation
+    /// of the store ([`StateError::Corrupt`]): what it took from L1 is not
+    /// all in L2.
     pub fn flush(&self) -> Result<()> {
         self.inner.flush_dirty()
     }
@@ -1134,7 +1142,7 @@ impl StoreInner {
             .map_or(first, Ok)
     }
 
-    /// Writes the dirty set to L2 in one batch: the slots made dirty since
+    /// Writes the dirty set to L2 in batches: the slots made dirty since
     /// the last flush that are still in L1 and dirty (one that left L1 was
     /// written then), after the buffered writes (older than them).
     fn flush_dirty(&self) -> Result<()> {
@@ -1204,7 +1212,7 @@ impl StoreInner {
         }
         if let Some(failure) = self.lower.spill_failure.lock().ok().and_then(|f| f.clone()) {
             return Err(StateError::Corrupt {
-                state: "(L1 eviction)".into(),
+                state: "(L2 write)".into(),
                 reason: format!("a dirty entry could not be written to L2: {failure}"),
             });
         }

@@ -2,9 +2,9 @@
 
 use clap::Parser;
 
-/// jemalloc for Rust and, unprefixed, for RocksDB's C++ too: with glibc's
-/// malloc the tokio threads' arenas kept freed memory (see
-/// docs/benchmarks.md, "Memory").
+/// jemalloc for Rust and, unprefixed, for RocksDB's C++ too: glibc's malloc
+/// ran the read-modify-write benchmark 20-68 % slower (docs/benchmarks.md,
+/// "Memory").
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

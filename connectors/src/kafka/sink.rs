@@ -302,8 +302,11 @@ impl KafkaSink {
                 Ok(()) => return Ok(()),
                 Err(Failure::Io(e)) => return Err(self.fenced(seq).unwrap_or(e)),
                 Err(Failure::Kafka(e)) => {
+                    // A fenced producer can come back "abortable" (e.g. on
+                    // the offsets commit): sending again cannot succeed.
+                    let fenced = matches!(&e, KafkaError::Transaction(t) if is_fencing(t.code()));
                     let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort() || t.is_retriable());
-                    if !abortable || attempt >= 5 {
+                    if fenced || !abortable || attempt >= 5 {
                         return Err(self.txn_error(e, seq));
                     }
                     eprintln!(
@@ -320,7 +323,7 @@ impl KafkaSink {
     /// The error of a producer a newer instance fenced, if this one was.
     fn fenced(&self, seq: u64) -> Option<ConnectorError> {
         let (code, reason) = self.producer.client().fatal_error()?;
-        let fenced = is_fencing(code) || reason.to_lowercase().contains("fenc");
+        let fenced = is_fencing(code);
         fenced.then(|| ConnectorError::Kafka {
             what: format!(
                 "commit epoch file {seq} to {} (transactional.id {})",
@@ -517,8 +520,8 @@ fn unhex(text: &[u8]) -> Option<Vec<u8>> {
 
 /// Whether `code` says a newer producer with the same `transactional.id`
 /// fenced this one. librdkafka normalises the brokers' `PRODUCER_FENCED`
-/// and `INVALID_PRODUCER_EPOCH` to its local `__FENCED` (-144) for most
-/// transactional calls, but not all; all three mean the same.
+/// and `INVALID_PRODUCER_EPOCH` to its local `__FENCED` (-144); the
+/// brokers' codes are kept too, should one reach us unnormalised.
 fn is_fencing(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
