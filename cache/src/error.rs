@@ -51,6 +51,12 @@ pub enum StateError {
     /// The store was closed ([`crate::StateStore::close`]).
     #[error("the state store in {0} is closed")]
     Closed(PathBuf),
+    /// An earlier write to L2 failed after the store took entries from L1
+    /// (an eviction, the spill buffer or a checkpoint's flush): what they
+    /// held is not all in L2, so every later operation is refused. Restore
+    /// from the last completed checkpoint.
+    #[error("the state store in {path} failed earlier and refuses further use: a dirty entry could not be written to L2: {reason}")]
+    Failed { path: PathBuf, reason: String },
     /// The store's directory is open in another store or process.
     #[error(
         "the state directory {0} is open in another store or process (RocksDB holds its LOCK)"

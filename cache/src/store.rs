@@ -965,7 +965,7 @@ impl StateStore {
     /// Writes every dirty L1 entry to L2, in batches (at a checkpoint barrier).
     ///
     /// Errors: a failed write fails this call and every later operation
-    /// of the store ([`StateError::Corrupt`]): what it took from L1 is not
+    /// of the store ([`StateError::Failed`]): what it took from L1 is not
     /// all in L2.
     pub fn flush(&self) -> Result<()> {
         self.inner.flush_dirty()
@@ -1211,9 +1211,9 @@ impl StoreInner {
             return Ok(guard);
         }
         if let Some(failure) = self.lower.spill_failure.lock().ok().and_then(|f| f.clone()) {
-            return Err(StateError::Corrupt {
-                state: "(L2 write)".into(),
-                reason: format!("a dirty entry could not be written to L2: {failure}"),
+            return Err(StateError::Failed {
+                path: self.path.clone(),
+                reason: failure,
             });
         }
         Ok(guard)

@@ -218,6 +218,56 @@ fn a_checkpoint_of_a_dirty_set_many_batches_large_holds_every_value() {
     }
 }
 
+/// A value whose serialisation fails when `bad`: a write to L2 that fails
+/// after the store took it from L1.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct Poison {
+    bad: bool,
+}
+
+impl serde::Serialize for Poison {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.bad {
+            return Err(serde::ser::Error::custom("poisoned value"));
+        }
+        s.serialize_bool(self.bad)
+    }
+}
+
+#[test]
+fn a_checkpoint_whose_write_fails_fails_the_store_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = model::builder(&dir.path().join("live"), 8 << 20)
+        .state(StateDescriptor::value("poison"))
+        .open()
+        .unwrap();
+    let values = s.value_state::<Poison>("poison").unwrap();
+    for k in 0..1_000u32 {
+        let bad = k == 700;
+        values.update(&k.to_be_bytes(), Poison { bad }).unwrap();
+    }
+    let first = s.checkpoint(&dir.path().join("chk-1"), 1).unwrap_err();
+    // postcard keeps serde's error kind, not its message.
+    let names_it = |e: &strata_cache::StateError| {
+        let e = e.to_string();
+        e.contains("state 'poison'") && e.contains("cannot encode")
+    };
+    assert!(names_it(&first), "{first}");
+    // What the failed flush took from the dirty set is not all in L2: no
+    // later checkpoint may complete, and no read may pretend otherwise.
+    let again = s.checkpoint(&dir.path().join("chk-2"), 2).unwrap_err();
+    assert!(
+        again.to_string().contains("failed earlier") && names_it(&again),
+        "{again}"
+    );
+    assert!(!dir.path().join("chk-2").exists());
+    let read = values.get(&1u32.to_be_bytes()).unwrap_err();
+    assert!(
+        read.to_string().contains("failed earlier") && names_it(&read),
+        "{read}"
+    );
+}
+
 #[test]
 fn asking_for_an_undeclared_or_mistyped_state_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
