@@ -12,11 +12,12 @@
 //! buffer and the dirty set — the entries made dirty since the last flush,
 //! not a scan of L1 — in `WriteBatch`es of about the buffer's size at a
 //! checkpoint barrier. The buffer is also written, as one batch, whenever
-//! it fills; a write that fails fails the store (every later operation). Every tier operation runs under one tier lock
-//! (uncontended when one task owns the store), and moka runs its eviction
-//! listener inside the operation that caused the eviction, so a dirty entry
-//! leaving L1 is written to L2 before any other read can look for it:
-//! read-your-writes holds under concurrent eviction.
+//! it fills; a write that fails fails the store (every later operation).
+//! Every tier operation runs under one tier lock (uncontended when one
+//! task owns the store), and moka runs its eviction listener inside the
+//! operation that caused the eviction, so a dirty entry leaving L1 is
+//! written to L2 before any other read can look for it: read-your-writes
+//! holds under concurrent eviction.
 
 use crate::codec;
 use crate::error::{Result, StateError};
