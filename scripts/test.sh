@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: builds strata once (release), starts the single-node
-# Cassandra the L3 tests need (scripts/cassandra.sh) and the single-node Kafka
-# the Kafka tests need (scripts/kafka.sh) — each stopped again at the end if
+# Cassandra the L3 tests need (scripts/cassandra.sh), the single-node Kafka
+# the Kafka tests need (scripts/kafka.sh) and the S3-compatible server the
+# object-store tests need (scripts/s3.sh) — each stopped again at the end if
 # this script started it — runs every test of the workspace — unit,
-# property-based and end-to-end on the real flights data, the real Cassandra
-# and the real Kafka — then prints one closing line "tests: N passed, N failed".
+# property-based and end-to-end on the real flights data, the real
+# Cassandra, the real Kafka and the real S3 server — then prints one closing
+# line "tests: N passed, N failed".
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$STRATA_ROOT/scripts/setup.sh"
@@ -21,11 +23,18 @@ if ! scripts/kafka.sh status >/dev/null 2>&1; then
   scripts/kafka.sh start > "${TMPDIR:-/tmp}/strata-kafka-start.log" 2>&1 &
   kafka_pid=$!
 fi
+started_s3=false
+if ! scripts/s3.sh status >/dev/null 2>&1; then
+  started_s3=true
+  scripts/s3.sh start > "${TMPDIR:-/tmp}/strata-s3-start.log" 2>&1 &
+  s3_pid=$!
+fi
 log="$(mktemp)"
 cleanup() {
   rm -f "$log"
   if $started_cassandra; then scripts/cassandra.sh stop || true; fi
   if $started_kafka; then scripts/kafka.sh stop || true; fi
+  if $started_s3; then scripts/s3.sh stop || true; fi
 }
 trap cleanup EXIT
 cargo build --release --workspace --bins
@@ -37,6 +46,11 @@ fi
 if $started_kafka && ! wait "$kafka_pid"; then
   cat "${TMPDIR:-/tmp}/strata-kafka-start.log" >&2
   echo "tests: 0 passed, 1 failed (Kafka did not start)" >&2
+  exit 1
+fi
+if $started_s3 && ! wait "$s3_pid"; then
+  cat "${TMPDIR:-/tmp}/strata-s3-start.log" >&2
+  echo "tests: 0 passed, 1 failed (the S3 server did not start)" >&2
   exit 1
 fi
 status=0

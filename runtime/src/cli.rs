@@ -350,11 +350,17 @@ pub fn summary(r: &JobReport) -> String {
         r.checkpoints.iter().map(|c| c.duration_ms).sum::<u64>() / r.checkpoints.len() as u64
     };
     let l3 = r.l3.unwrap_or_default();
+    let object_store = r.object_store.map_or(String::new(), |t| {
+        format!(
+            " object_store_bytes_up={} object_store_files_up={} object_store_bytes_down={} object_store_files_down={}",
+            t.bytes_up, t.files_up, t.bytes_down, t.files_down
+        )
+    });
     format!(
         "strata: done. records_in={} records_out={} dead_letters={} elapsed_s={:.2} records_per_s={:.0} \
          restored_from={} restore_ms={} checkpoints={} checkpoints_failed={} checkpoint_mean_ms={} checkpoint_last_state_bytes={} \
          l1_hits={} l1_misses={} l1_hit_ratio={:.4} l2_hits={} l2_misses={} l2_hit_ratio={:.4} l1_spills={} l2_wait_ms={} \
-         l3_hits={} l3_misses={} l3_evictions={} l3_evicted_bytes={} l3_reads={} l3_writes={} l3_retries={} l3_errors={}",
+         l3_hits={} l3_misses={} l3_evictions={} l3_evicted_bytes={} l3_reads={} l3_writes={} l3_retries={} l3_errors={}{object_store}",
         r.records_in,
         r.records_out,
         r.dead_letters,

@@ -1,6 +1,7 @@
 //! Reading checkpoints without running a job: list them, and read one key's
 //! state from the latest (the `strata checkpoints` and `strata state` commands).
 
+use crate::checkpoint::remote::{self, Remote};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
 use crate::error::{Result, RuntimeError};
 use std::path::Path;
@@ -8,9 +9,13 @@ use strata_cache::key_group::{key_group_of, KeyGroupRange};
 use strata_cache::{snapshot, StateDescriptor, StateStore};
 
 /// One line per completed checkpoint: id, completion time, duration, sizes,
-/// source position.
+/// source position. `dir` may be an object store (`s3://bucket/prefix`).
 pub fn list_checkpoints(dir: &Path) -> Result<Vec<String>> {
-    let all = CheckpointStorage::existing(dir)?.list()?;
+    let all = if remote::is_remote(dir) {
+        Remote::connect(&dir.to_string_lossy())?.list()?
+    } else {
+        CheckpointStorage::existing(dir)?.list()?
+    };
     if all.is_empty() {
         return Err(no_checkpoint(dir));
     }

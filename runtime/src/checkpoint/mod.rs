@@ -39,6 +39,7 @@
 //! them.
 
 pub(crate) mod coordinator;
+pub mod remote;
 pub mod storage;
 
 pub use storage::CheckpointStorage;

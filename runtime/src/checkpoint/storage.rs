@@ -6,7 +6,13 @@
 //! flight or one that never completed: it is ignored by restores, removed at
 //! every start (no checkpoint is in flight then), removed when a checkpoint
 //! fails, and removed by retention once older than the oldest one kept.
+//!
+//! With an object store ([`CheckpointStorage::with_remote`]) the directory
+//! is the job's local copy and every step is mirrored there
+//! ([`super::remote`]): the object store's `_metadata` is what makes a
+//! checkpoint exist.
 
+use super::remote::Remote;
 use super::CheckpointMetadata;
 use crate::dir_lock::{lock_dir, DirLock};
 use crate::error::{Result, RuntimeError};
@@ -21,6 +27,15 @@ pub struct CheckpointStorage {
     root: PathBuf,
     /// Held (locked) by the one job that writes here.
     _lock: Option<Arc<DirLock>>,
+    /// The object store this directory is the local copy of.
+    remote: Option<Arc<Remote>>,
+}
+
+/// Every object checkpoint `meta` lists (private and shared files).
+pub(super) fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
+    meta.operators
+        .iter()
+        .flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
 }
 
 fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
@@ -70,7 +85,51 @@ impl CheckpointStorage {
         Ok(Self {
             root: root.to_owned(),
             _lock: Some(Arc::new(lock_dir(root, "checkpoint directory")?)),
+            remote: None,
         })
+    }
+
+    /// Makes this directory the local copy of checkpoints kept in `remote`.
+    pub fn with_remote(mut self, remote: Remote) -> Self {
+        self.remote = Some(Arc::new(remote));
+        self
+    }
+
+    /// The object store, if this directory is a local copy.
+    pub fn remote(&self) -> Option<&Remote> {
+        self.remote.as_deref()
+    }
+
+    /// Where the checkpoints live, for messages: the object store's URL,
+    /// else the directory.
+    pub fn location(&self) -> String {
+        self.remote
+            .as_ref()
+            .map_or_else(|| self.root.display().to_string(), |r| r.url().to_owned())
+    }
+
+    /// With an object store: makes this local copy hold checkpoint `id`
+    /// (`None`: the object store's newest) and forgets the local
+    /// checkpoints the object store lacks (their commit never finished).
+    /// Returns the object store's completed checkpoint ids, oldest first.
+    /// Without one: does nothing.
+    ///
+    /// Errors: `id` is not in the object store, a transfer failed.
+    pub(crate) fn fetch(&self, id: Option<u64>) -> Result<Vec<u64>> {
+        let Some(remote) = &self.remote else {
+            return Ok(Vec::new());
+        };
+        let there: Vec<u64> = remote.list()?.iter().map(|m| m.id).collect();
+        let (here, gone): (Vec<u64>, Vec<u64>) = self
+            .list()?
+            .iter()
+            .map(|m| m.id)
+            .partition(|id| there.contains(id));
+        self.forget_local(&gone)?;
+        if let Some(id) = id.or(there.last().copied()) {
+            remote.fetch(&self.root, id, &here)?;
+        }
+        Ok(there)
     }
 
     /// Opens existing storage for reading; a missing directory is an error.
@@ -84,6 +143,7 @@ impl CheckpointStorage {
         Ok(Self {
             root: root.to_owned(),
             _lock: None,
+            remote: None,
         })
     }
 
@@ -158,6 +218,9 @@ impl CheckpointStorage {
     pub(crate) fn commit(&self, meta: &CheckpointMetadata) -> Result<()> {
         let dir = self.dir_of(meta.id);
         fs::create_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+        if let Some(remote) = &self.remote {
+            remote.push(&self.root)?;
+        }
         let tmp = dir.join("_metadata.tmp");
         let body = meta
             .encode()
@@ -170,13 +233,16 @@ impl CheckpointStorage {
         }
         fs::rename(&tmp, dir.join("_metadata")).map_err(RuntimeError::io(&tmp))?;
         sync_dir(&dir)?;
-        sync_dir(&self.root)
-    }
-
-    fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
-        meta.operators
-            .iter()
-            .flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
+        sync_dir(&self.root)?;
+        if let Some(remote) = &self.remote {
+            // Not in the object store: the checkpoint does not exist (the
+            // coordinator's discard removes the rest).
+            if let Err(e) = remote.put_metadata(meta.id, &body) {
+                let _ = fs::remove_file(dir.join("_metadata"));
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Removes what a failed checkpoint `id` wrote into its own directory
@@ -184,15 +250,25 @@ impl CheckpointStorage {
     pub(crate) fn discard(&self, id: u64) -> Result<()> {
         let dir = self.dir_of(id);
         match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::io(&dir)(e)),
-            _ => Ok(()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(RuntimeError::io(&dir)(e))
+            }
+            _ => {}
         }
+        self.remote.as_ref().map_or(Ok(()), |r| r.discard(id))
     }
 
     /// Removes completed checkpoints `ids` (and the shared files only they
     /// use): their `_metadata` first, fsynced, so that a crash half-way
     /// leaves incomplete checkpoints, which the sweep removes.
     pub(crate) fn forget(&self, ids: &[u64]) -> Result<()> {
+        if let Some(remote) = &self.remote {
+            remote.forget(ids)?;
+        }
+        self.forget_local(ids)
+    }
+
+    fn forget_local(&self, ids: &[u64]) -> Result<()> {
         for id in ids {
             let meta = self.dir_of(*id).join("_metadata");
             match fs::remove_file(&meta) {
@@ -214,7 +290,7 @@ impl CheckpointStorage {
         let all = self.list()?;
         let oldest_kept = all.len().checked_sub(keep.max(1)).map_or(0, |i| all[i].id);
         let (dropped, kept) = all.split_at(all.len().saturating_sub(keep.max(1)));
-        let live: HashSet<&str> = kept.iter().flat_map(Self::objects).collect();
+        let live: HashSet<&str> = kept.iter().flat_map(objects).collect();
         // Metadata first: a crash below leaves incomplete checkpoints (swept
         // at the next start), never a listed one whose files are gone.
         for meta in dropped {
@@ -225,9 +301,7 @@ impl CheckpointStorage {
             sync_dir(&self.root)?;
         }
         for meta in dropped {
-            for object in
-                Self::objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o))
-            {
+            for object in objects(meta).filter(|o| o.starts_with("shared/") && !live.contains(o)) {
                 let _ = fs::remove_file(self.root.join(object));
             }
         }
@@ -239,7 +313,9 @@ impl CheckpointStorage {
                 fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
             }
         }
-        Ok(())
+        self.remote
+            .as_ref()
+            .map_or(Ok(()), |r| r.prune(&self.root, kept))
     }
 
     /// Deletes what no completed checkpoint references: directories of
@@ -247,11 +323,7 @@ impl CheckpointStorage {
     /// Call only while no checkpoint is in flight (at job start).
     pub(crate) fn sweep_incomplete(&self) -> Result<()> {
         let all = self.list()?;
-        let live: HashSet<String> = all
-            .iter()
-            .flat_map(Self::objects)
-            .map(str::to_owned)
-            .collect();
+        let live: HashSet<String> = all.iter().flat_map(objects).map(str::to_owned).collect();
         for (_, dir) in self.checkpoint_dirs()? {
             if !dir.join("_metadata").is_file() {
                 fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
@@ -267,7 +339,7 @@ impl CheckpointStorage {
                 }
             }
         }
-        Ok(())
+        self.remote.as_ref().map_or(Ok(()), |r| r.sweep())
     }
 }
 

@@ -15,6 +15,7 @@
 //! | `state.max-list-bytes` | `256MiB` | 1KB–3GiB | the most one key's list may hold (encoded); more is an error naming the key |
 //! | `state.l2.memory` | `256MB` | 8MB–1TB | RocksDB block cache + memtables, whole process |
 //! | `state.local-dir` | `<checkpoint-dir>/_work` | path | live RocksDB directories (same file system as the checkpoints, for hard links) |
+//! | `checkpoint.local-copy` | `<output>/_checkpoints` | path | with `--checkpoint-dir s3://…`: the local copy of the checkpoints the job works on (see `checkpoint::remote`); required with a Kafka output |
 //! | `source.max-records-per-second` | absent = unthrottled | 1–10⁹ | source throttle |
 //! | `sink.max-records-per-second` | absent = unthrottled | 1–10⁹ | sink throttle, shared by the sink instances |
 //! | `channel.capacity` | 16 | 1–65536 | batches buffered on each edge |
@@ -78,6 +79,9 @@ pub struct JobConfig {
     pub max_list_bytes: u64,
     /// Live RocksDB directories; `None` = `<checkpoint-dir>/_work`.
     pub local_dir: Option<PathBuf>,
+    /// `checkpoint.local-copy`: where a job whose checkpoints live in an
+    /// object store keeps its local copy of them.
+    pub checkpoint_local_copy: Option<PathBuf>,
     /// Source throttle, records per second.
     pub source_rate: Option<u64>,
     /// Sink throttle, records per second for all sink instances together.
@@ -118,6 +122,7 @@ impl Default for JobConfig {
             l2_memory: 256_000_000,
             max_list_bytes: strata_cache::DEFAULT_MAX_LIST_BYTES,
             local_dir: None,
+            checkpoint_local_copy: None,
             source_rate: None,
             sink_rate: None,
             channel_capacity: 16,
@@ -150,6 +155,14 @@ fn text(key: &str, v: &toml::Value) -> Result<String> {
         toml::Value::Boolean(b) => Ok(b.to_string()),
         other => Err(bad(key, format!("expected a single value, got {other}"))),
     }
+}
+
+fn dir_path(key: &str, v: &toml::Value) -> Result<PathBuf> {
+    let dir = text(key, v)?;
+    if dir.trim().is_empty() {
+        return Err(bad(key, "must be a directory path, not empty"));
+    }
+    Ok(PathBuf::from(dir))
 }
 
 fn number(key: &str, v: &toml::Value, range: std::ops::RangeInclusive<u64>) -> Result<u64> {
@@ -320,13 +333,8 @@ impl JobConfig {
                 self.l2_capacity = Some(size(key, v, 1_000_000..=1_000_000 * GB)?)
             }
             k if k.starts_with("state.l3.") => self.l3.set(key, v)?,
-            "state.local-dir" => {
-                let dir = text(key, v)?;
-                if dir.trim().is_empty() {
-                    return Err(bad(key, "must be a directory path, not empty"));
-                }
-                self.local_dir = Some(PathBuf::from(dir))
-            }
+            "state.local-dir" => self.local_dir = Some(dir_path(key, v)?),
+            "checkpoint.local-copy" => self.checkpoint_local_copy = Some(dir_path(key, v)?),
             "source.max-records-per-second" => self.source_rate = Some(number(key, v, 1..=GB)?),
             "sink.max-records-per-second" => self.sink_rate = Some(number(key, v, 1..=GB)?),
             "channel.capacity" => self.channel_capacity = number(key, v, 1..=65536)? as usize,

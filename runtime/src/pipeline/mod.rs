@@ -27,6 +27,7 @@ mod wiring;
 
 use crate::channel::edge;
 use crate::checkpoint::coordinator::{self, Coordinator};
+use crate::checkpoint::remote::{self, Remote, TransferFigures};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStats, CheckpointStorage};
 use crate::config::JobConfig;
 use crate::dir_lock::lock_dir;
@@ -78,6 +79,9 @@ pub struct JobReport {
     pub tiers: TierStats,
     /// L3 request figures (`None` without L3).
     pub l3: Option<L3Stats>,
+    /// What went to and came from the object store holding the
+    /// checkpoints (`None` for a checkpoint directory).
+    pub object_store: Option<TransferFigures>,
 }
 
 /// Which completed checkpoint a run continues from (Flink's `-s`).
@@ -290,7 +294,13 @@ where
             SinkSpec::Named(output) => Target::output(output, &self.name, &self.config)?,
             SinkSpec::Discard => Target::Discard,
         };
+        let remote = self
+            .checkpoint_dir
+            .as_deref()
+            .filter(|d| remote::is_remote(d))
+            .map(|d| d.to_string_lossy().into_owned());
         let checkpoint_dir = match (&self.checkpoint_dir, &output) {
+            (Some(_), _) if remote.is_some() => self.local_copy(&output)?,
             (Some(dir), _) => dir.clone(),
             (None, Target::Dir(out)) => out.join("_checkpoints"),
             (None, Target::Kafka { .. }) => {
@@ -312,7 +322,7 @@ where
         if let Some(local) = &self.config.local_dir {
             check_directory(local, "local state directory (state.local-dir)")?;
         }
-        if let (Some(from), false) = (self.restore, checkpoint_dir.exists()) {
+        if let (Some(from), false, None) = (self.restore, checkpoint_dir.exists(), &remote) {
             return Err(RuntimeError::Usage(format!(
                 "cannot restore {}: checkpoint directory {} does not exist (check the path; without --restore a run starts fresh)",
                 from.describe(),
@@ -343,7 +353,20 @@ where
             output,
             dead_letter,
             checkpoint_dir,
+            remote,
         })
+    }
+
+    /// Where a job with checkpoints in an object store keeps its local copy
+    /// of them: `checkpoint.local-copy`, else `<output>/_checkpoints`.
+    fn local_copy(&self, output: &Target) -> Result<PathBuf> {
+        match (&self.config.checkpoint_local_copy, output.dir()) {
+            (Some(dir), _) => Ok(dir.clone()),
+            (None, Some(out)) => Ok(out.join("_checkpoints")),
+            (None, None) => Err(RuntimeError::Usage(
+                "checkpoints in an object store need a local copy: set -D checkpoint.local-copy=<dir> (a Kafka or discarding output has no output directory to hold it)".into(),
+            )),
+        }
     }
 
     /// Checks the input: a readable file of a known format with the
@@ -390,12 +413,16 @@ where
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
         }
-        let storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
+        let mut storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
+        if let Some(url) = &parts.remote {
+            storage = storage.with_remote(Remote::connect(url)?);
+        }
         let _output_lock = match parts.output.dir() {
             Some(dir) => Some(lock_dir(dir, "output directory")?),
             None => None,
         };
-        let restore::RestorePoint { restored, next_id } = self.restore_point(&storage)?;
+        let restore::RestorePoint { restored, next_id } =
+            tokio::task::block_in_place(|| self.restore_point(&storage))?;
         if let (Some(m), Some(dir)) = (&restored, parts.output.dir()) {
             restore::refuse_newer_output(dir, m)?;
         }
@@ -416,7 +443,7 @@ where
         let restore_started = Instant::now();
         let cold = self.connect_l3(&storage, restored.as_ref()).await?;
         if let Some(m) = &restored {
-            restore::discard_newer(&storage, m.id)?;
+            tokio::task::block_in_place(|| restore::discard_newer(&storage, m.id))?;
         }
         let (par, sink_par) = restored.as_ref().map_or(
             (self.config.parallelism, self.config.sink_parallelism()),
@@ -455,6 +482,7 @@ where
             to_ops,
             triggers: trigger_rx,
         })?;
+        let remote_storage = storage.clone();
         let coordinator = Coordinator {
             storage,
             settings: coordinator::Settings {
@@ -518,6 +546,7 @@ where
             checkpoints_failed: checkpoints.failed,
             tiers,
             l3: cold.map(|c| c.tier.stats()),
+            object_store: remote_storage.remote().map(Remote::transfers),
         })
     }
 }
@@ -575,7 +604,10 @@ struct Parts<I> {
     timestamp_of: TimestampFn<I>,
     output: Target,
     dead_letter: Target,
+    /// The local checkpoint directory (the local copy, with `remote`).
     checkpoint_dir: PathBuf,
+    /// The object store the checkpoints live in (`s3://…`), if any.
+    remote: Option<String>,
 }
 
 /// The folder of a checkpoint directory where Kafka sinks keep their

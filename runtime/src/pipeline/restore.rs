@@ -187,6 +187,7 @@ where
     /// checkpoints left in the directory is removed first: no checkpoint is
     /// in flight now.
     pub(super) fn restore_point(&self, storage: &CheckpointStorage) -> Result<RestorePoint> {
+        self.fetch(storage)?;
         storage.sweep_incomplete()?;
         crate::write_back::refuse_written_back(storage)?;
         let completed = storage.list()?;
@@ -199,7 +200,7 @@ where
             if let Some(m) = completed.last() {
                 return Err(RuntimeError::Usage(format!(
                     "checkpoint directory {} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty checkpoint directory",
-                    storage.root().display(),
+                    storage.location(),
                     m.id
                 )));
             }
@@ -249,6 +250,27 @@ where
             restored: Some(meta),
             next_id,
         })
+    }
+
+    /// With checkpoints in an object store: brings the checkpoint to
+    /// restore into the local copy (a fresh run only checks that the object
+    /// store holds none).
+    fn fetch(&self, storage: &CheckpointStorage) -> Result<()> {
+        let Some(remote) = storage.remote() else {
+            return Ok(());
+        };
+        match self.restore {
+            None => match remote.list()?.last() {
+                Some(m) => Err(RuntimeError::Usage(format!(
+                    "checkpoint directory {} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty prefix",
+                    remote.url(),
+                    m.id
+                ))),
+                None => Ok(()),
+            },
+            Some(RestoreFrom::Latest) => storage.fetch(None).map(drop),
+            Some(RestoreFrom::Checkpoint(id)) => storage.fetch(Some(id)).map(drop),
+        }
     }
 
     /// Says which settings a restore takes from the checkpoint rather than

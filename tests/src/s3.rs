@@ -1,0 +1,112 @@
+//! The real S3-compatible server the object-store tests run against
+//! (`scripts/s3.sh start`; `scripts/test.sh` starts it): where it is, a
+//! check that fails the test when it is not there (never a quiet skip), and
+//! the settings a `strata` process needs to reach it.
+
+use std::process::Command;
+use std::time::Duration;
+
+/// `127.0.0.1:<STRATA_S3_PORT or 9000>`.
+pub fn address() -> String {
+    let port = std::env::var("STRATA_S3_PORT").unwrap_or_else(|_| "9000".into());
+    format!("127.0.0.1:{port}")
+}
+
+/// Panics (fails the test) unless the server answers.
+pub fn require_s3() {
+    let a = address();
+    let addr: std::net::SocketAddr = a.parse().expect("S3 address");
+    if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_err() {
+        panic!("no S3 server answers on {a}: start one with scripts/s3.sh start (scripts/test.sh does)");
+    }
+}
+
+/// Gives `cmd` the AWS settings of the test server (those `scripts/s3.sh
+/// env` prints).
+pub fn with_s3_env(cmd: &mut Command) -> &mut Command {
+    cmd.env("AWS_ENDPOINT", format!("http://{}", address()))
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "strata")
+        .env("AWS_SECRET_ACCESS_KEY", "strata-test-secret")
+}
+
+/// A prefix of the test bucket no other run uses, `s3://strata/<tag>-<pid>-<nanos>`,
+/// whose objects are deleted when it is dropped.
+pub struct Prefix {
+    /// `s3://strata/<name>`.
+    pub url: String,
+    name: String,
+}
+
+impl Prefix {
+    /// A new, empty prefix.
+    pub fn unique(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let name = format!("{tag}-{}-{}", std::process::id(), nanos % 1_000_000_000);
+        Self {
+            url: format!("s3://strata/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        use futures::{StreamExt, TryStreamExt};
+        use object_store::ObjectStore;
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(format!("http://{}", address()))
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name("strata")
+            .with_access_key_id("strata")
+            .with_secret_access_key("strata-test-secret")
+            .build()
+            .expect("S3 client");
+        let prefix = object_store::path::Path::from(self.name.as_str());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = rt.block_on(async {
+            let paths = store.list(Some(&prefix)).map_ok(|o| o.location).boxed();
+            store.delete_stream(paths).try_collect::<Vec<_>>().await
+        });
+    }
+}
+
+/// `strata checkpoints list <url>`: `(id, state bytes, new bytes)` of every
+/// completed checkpoint in the object store, oldest first (none: empty).
+pub fn checkpoints(url: &str) -> Vec<(u64, u64, u64)> {
+    let o = with_s3_env(&mut Command::new(crate::strata_bin()))
+        .args(["checkpoints", "list", url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if stderr.contains("holds no completed checkpoint") {
+        return Vec::new();
+    }
+    assert!(o.status.success(), "checkpoints list {url}: {stderr}");
+    let field = |line: &str, name: &str| -> u64 {
+        let v = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap();
+        v.trim_end_matches('B').parse().unwrap()
+    };
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let id = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_start_matches("chk-");
+            (id.parse().unwrap(), field(l, "state="), field(l, "new="))
+        })
+        .collect()
+}
