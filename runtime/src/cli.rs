@@ -121,7 +121,10 @@ struct RunArgs {
 #[derive(Debug, Subcommand)]
 enum CheckpointsCommand {
     /// List completed checkpoints, oldest first.
-    List { dir: PathBuf },
+    List {
+        /// A checkpoint directory, or an object store (`s3://bucket/prefix`).
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,6 +134,8 @@ enum StateCommand {
     /// `strata state get out/_checkpoints history LAS PHL`), user-history's
     /// user id (e.g. `… events alice`).
     Get {
+        /// A checkpoint directory, or an object store (`s3://bucket/prefix`),
+        /// whose newest checkpoint is then downloaded to a temporary folder.
         dir: PathBuf,
         state: String,
         /// The key's fields.
@@ -181,6 +186,7 @@ pub fn main(cli: Cli) -> Result<()> {
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {
+            let (dir, _copy) = crate::inspect::local_view(&dir)?;
             let job = crate::inspect::latest(&dir)?.job;
             let (states, stored_key, render): (_, _, StateRenderer) = match job.as_str() {
                 "route-history" => (

@@ -4,7 +4,7 @@
 use crate::checkpoint::remote::{self, Remote};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
 use crate::error::{Result, RuntimeError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
 use strata_cache::{snapshot, StateDescriptor, StateStore};
 
@@ -145,6 +145,24 @@ fn open_operator(
     let store = builder.open()?;
     store.clock().advance_watermark(op.watermark);
     Ok(store)
+}
+
+/// The local checkpoint directory to read `dir` from: `dir` itself, or for
+/// an object store (`s3://…`) a temporary local copy holding its newest
+/// checkpoint (downloaded whole; removed when the guard drops).
+///
+/// Errors: the object store holds no checkpoint, a download failed.
+pub(crate) fn local_view(dir: &Path) -> Result<(PathBuf, Option<TempDir>)> {
+    if !remote::is_remote(dir) {
+        return Ok((dir.to_owned(), None));
+    }
+    let copy = tempdir(&std::env::temp_dir())?;
+    let storage =
+        CheckpointStorage::open(copy.path())?.with_remote(Remote::connect(&dir.to_string_lossy())?);
+    if storage.fetch(None)?.is_none() {
+        return Err(no_checkpoint(dir));
+    }
+    Ok((copy.path().to_owned(), Some(copy)))
 }
 
 pub(crate) fn tempdir(near: &Path) -> Result<TempDir> {

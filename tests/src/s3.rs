@@ -54,10 +54,8 @@ impl Prefix {
     }
 }
 
-impl Drop for Prefix {
-    fn drop(&mut self) {
-        use futures::{StreamExt, TryStreamExt};
-        use object_store::ObjectStore;
+impl Prefix {
+    fn client() -> (object_store::aws::AmazonS3, tokio::runtime::Runtime) {
         let store = object_store::aws::AmazonS3Builder::new()
             .with_endpoint(format!("http://{}", address()))
             .with_allow_http(true)
@@ -67,11 +65,45 @@ impl Drop for Prefix {
             .with_secret_access_key("strata-test-secret")
             .build()
             .expect("S3 client");
-        let prefix = object_store::path::Path::from(self.name.as_str());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
+        (store, rt)
+    }
+
+    /// The names of the objects under the prefix, relative to it.
+    pub fn objects(&self) -> Vec<String> {
+        use futures::TryStreamExt;
+        use object_store::ObjectStore;
+        let (store, rt) = Self::client();
+        let prefix = object_store::path::Path::from(self.name.as_str());
+        let listed: Vec<_> = rt
+            .block_on(store.list(Some(&prefix)).try_collect())
+            .expect("listing the test prefix");
+        listed
+            .into_iter()
+            .map(|o| o.location.as_ref()[self.name.len() + 1..].to_owned())
+            .collect()
+    }
+
+    /// The object `rel` (relative to the prefix).
+    pub fn read(&self, rel: &str) -> Vec<u8> {
+        use object_store::ObjectStoreExt;
+        let (store, rt) = Self::client();
+        let path = object_store::path::Path::from(format!("{}/{rel}", self.name));
+        rt.block_on(async { store.get(&path).await?.bytes().await })
+            .expect("reading a test object")
+            .to_vec()
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        use futures::{StreamExt, TryStreamExt};
+        use object_store::ObjectStore;
+        let (store, rt) = Self::client();
+        let prefix = object_store::path::Path::from(self.name.as_str());
         let _ = rt.block_on(async {
             let paths = store.list(Some(&prefix)).map_ok(|o| o.location).boxed();
             store.delete_stream(paths).try_collect::<Vec<_>>().await
@@ -79,9 +111,22 @@ impl Drop for Prefix {
     }
 }
 
-/// `strata checkpoints list <url>`: `(id, state bytes, new bytes)` of every
-/// completed checkpoint in the object store, oldest first (none: empty).
-pub fn checkpoints(url: &str) -> Vec<(u64, u64, u64)> {
+/// One line of `strata checkpoints list`.
+#[derive(Debug, Clone, Copy)]
+pub struct Listed {
+    /// Its id.
+    pub id: u64,
+    /// Bytes of every file it lists.
+    pub state: u64,
+    /// Bytes of the files no earlier checkpoint listed.
+    pub new: u64,
+    /// The final checkpoint of a run that ended.
+    pub is_final: bool,
+}
+
+/// `strata checkpoints list <url>`: every completed checkpoint in the
+/// object store, oldest first (none: empty).
+pub fn checkpoints(url: &str) -> Vec<Listed> {
     let o = with_s3_env(&mut Command::new(crate::strata_bin()))
         .args(["checkpoints", "list", url])
         .output()
@@ -100,13 +145,11 @@ pub fn checkpoints(url: &str) -> Vec<(u64, u64, u64)> {
     };
     String::from_utf8_lossy(&o.stdout)
         .lines()
-        .map(|l| {
-            let id = l
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .trim_start_matches("chk-");
-            (id.parse().unwrap(), field(l, "state="), field(l, "new="))
+        .map(|l| Listed {
+            id: l.split_whitespace().next().unwrap()[4..].parse().unwrap(),
+            state: field(l, "state="),
+            new: field(l, "new="),
+            is_final: l.ends_with(" final"),
         })
         .collect()
 }

@@ -1,9 +1,10 @@
 //! Checkpoints in an object store (`--checkpoint-dir s3://…`), against the
 //! real S3-compatible server of `scripts/s3.sh`: a run killed on one
-//! machine continues on another that has none of its local files, with the
-//! uninterrupted output; uploads are incremental; retention deletes what
-//! only dropped checkpoints listed; a bucket that is not there is a clear
-//! error.
+//! machine continues on another that has none of its local files (file and
+//! Kafka output), and back on a machine whose local copy has the newest
+//! checkpoint without downloading it, with the uninterrupted output;
+//! uploads are incremental; retention leaves nothing a kept checkpoint does
+//! not list; a bucket that is not there is a clear error.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -28,23 +29,30 @@ const THROTTLED: [&str; 4] = [
     "source.max-records-per-second=300000",
 ];
 
-/// SIGKILLs `child` mid-run, once the object store at `url` holds two
-/// completed checkpoints.
-fn kill_after_two_checkpoints(mut child: Child, url: &str) {
+/// SIGKILLs `child` mid-run, once the object store at `url` holds a
+/// completed checkpoint numbered `at_least` or more; returns the newest
+/// after the kill.
+fn kill_after_checkpoint(mut child: Child, url: &str, at_least: u64) -> Listed {
     let started = Instant::now();
-    while checkpoints(url).len() < 2 {
+    loop {
+        if checkpoints(url).pop().is_some_and(|c| c.id >= at_least) {
+            break;
+        }
         assert!(
             child.try_wait().unwrap().is_none(),
-            "the run ended before its second checkpoint"
+            "the run ended before checkpoint {at_least}"
         );
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "no checkpoint in S3 after 60 s"
+            "no checkpoint {at_least} in S3 after 60 s"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
     child.kill().unwrap();
     child.wait().unwrap();
+    let last = checkpoints(url).pop().unwrap();
+    assert!(!last.is_final, "the run ended before the kill: {last:?}");
+    last
 }
 
 /// An uninterrupted run, a checkpoint a second, `retained` kept; its stderr.
@@ -71,6 +79,13 @@ fn fetched(stderr: &str, id: u64) -> (u64, u64) {
     (words[0].parse().unwrap(), words[2].parse().unwrap())
 }
 
+fn check_output(out: &Path, what: &str) {
+    let got = read_output(out);
+    if let Some(diff) = first_difference(&got, &reference_route_history(&flights_path())) {
+        panic!("{what}: the output differs: {diff}");
+    }
+}
+
 #[test]
 fn a_run_killed_on_one_machine_continues_on_another_from_the_object_store() {
     require_s3();
@@ -78,48 +93,55 @@ fn a_run_killed_on_one_machine_continues_on_another_from_the_object_store() {
     let url = prefix.url.as_str();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let child = route_history(&out, url, &THROTTLED)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    kill_after_two_checkpoints(child, url);
+    let spawn = |extra: &[&str], stderr: Stdio| {
+        let mut cmd = route_history(&out, url, &THROTTLED);
+        cmd.args(extra).stderr(stderr).spawn().unwrap()
+    };
+    let first = kill_after_checkpoint(spawn(&[], Stdio::null()), url, 2);
     // The other machine has the output directory but no local copy.
     std::fs::remove_dir_all(out.join("_checkpoints")).unwrap();
-    let (id, state_bytes, _) = *checkpoints(url).last().unwrap();
+    let mut second = spawn(&["--restore", "latest"], Stdio::piped());
+    let stderr = second.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    let newest = kill_after_checkpoint(second, url, first.id + 2);
+    let stderr = reader.join().unwrap();
+    // It downloaded that checkpoint's files (its state and `_metadata`),
+    // not the older checkpoints' too.
+    let (files, bytes) = fetched(&stderr, first.id);
+    assert!(files >= 2, "{files} files fetched");
+    assert!(
+        bytes >= first.state && bytes <= first.state + (1 << 20),
+        "fetched {bytes} bytes for a checkpoint of {} bytes",
+        first.state
+    );
+    // Back on the second machine, whose local copy holds the newest
+    // checkpoint: nothing is downloaded.
     let stderr = succeeded(
         route_history(&out, url, &["--restore", "latest"])
             .output()
             .unwrap(),
     );
-    assert_eq!(summary(stderr.as_bytes())["restored_from"], id.to_string());
-    // It downloaded that checkpoint's files (its state and `_metadata`),
-    // not the older checkpoints' too.
-    let (files, bytes) = fetched(&stderr, id);
-    assert!(files >= 2, "{files} files fetched");
-    assert!(
-        bytes >= state_bytes && bytes <= state_bytes + (1 << 20),
-        "fetched {bytes} bytes for a checkpoint of {state_bytes} bytes"
+    assert_eq!(
+        summary(stderr.as_bytes())["restored_from"],
+        newest.id.to_string()
     );
-    let got = read_output(&out);
-    if let Some(diff) = first_difference(&got, &reference_route_history(&flights_path())) {
-        panic!("after moving machines the output differs: {diff}");
-    }
+    assert!(!stderr.contains("strata: fetched"), "{stderr}");
+    check_output(&out, "after moving machines and a second crash");
 }
 
 #[test]
 fn uploads_are_incremental_and_retention_deletes_what_only_dropped_checkpoints_listed() {
     require_s3();
     let (all, kept) = (Prefix::unique("all"), Prefix::unique("kept"));
-    let (all, kept) = (all.url.as_str(), kept.url.as_str());
     let dir = tempfile::tempdir().unwrap();
-    let stderr = run_to_end(&dir.path().join("a"), all, 100);
-    let listed = checkpoints(all);
+    let stderr = run_to_end(&dir.path().join("a"), &all.url, 100);
+    let listed = checkpoints(&all.url);
     assert!(listed.len() >= 3, "only {} checkpoints", listed.len());
     let up: u64 = summary(stderr.as_bytes())["object_store_bytes_up"]
         .parse()
         .unwrap();
-    let new: u64 = listed.iter().map(|c| c.2).sum();
-    let whole: u64 = listed.iter().map(|c| c.1).sum();
+    let new: u64 = listed.iter().map(|c| c.new).sum();
+    let whole: u64 = listed.iter().map(|c| c.state).sum();
     // Each checkpoint sent its new SST files and its small private files,
     // never the whole state again.
     assert!(
@@ -131,29 +153,66 @@ fn uploads_are_incremental_and_retention_deletes_what_only_dropped_checkpoints_l
         "uploaded {up} bytes, as much as every checkpoint whole ({whole})"
     );
 
-    let stderr = run_to_end(&dir.path().join("b"), kept, 2);
-    let listed = checkpoints(kept);
+    let stderr = run_to_end(&dir.path().join("b"), kept.url.as_str(), 2);
+    let listed = checkpoints(&kept.url);
     assert_eq!(listed.len(), 2, "retained: {listed:?}");
     let done: u64 = summary(stderr.as_bytes())["checkpoints"].parse().unwrap();
     assert!(
         done > 2,
         "only {done} checkpoints: retention was not exercised"
     );
-    // What is left restores on a machine without the local copy: the kept
-    // checkpoints' files are all there.
+    // Nothing of a dropped checkpoint is left: every private object is a
+    // kept checkpoint's, every shared one listed by a kept checkpoint.
+    let mut listed_files = std::collections::HashSet::new();
+    for c in &listed {
+        let meta: serde_json::Value =
+            serde_json::from_slice(&kept.read(&format!("chk-{}/_metadata", c.id))).unwrap();
+        for op in meta["operators"].as_array().unwrap() {
+            for f in op["manifest"]["files"].as_array().unwrap() {
+                listed_files.insert(f["object"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    for object in kept.objects() {
+        let kept_private = listed
+            .iter()
+            .any(|c| object.starts_with(&format!("chk-{}/", c.id)));
+        assert!(
+            kept_private || listed_files.contains(&object),
+            "{object} outlived retention"
+        );
+    }
+    // What is left restores on a machine without the local copy.
     let out = dir.path().join("b");
     std::fs::remove_dir_all(out.join("_checkpoints")).unwrap();
     let stderr = succeeded(
-        route_history(&out, kept, &["--restore", "latest"])
+        route_history(&out, &kept.url, &["--restore", "latest"])
             .output()
             .unwrap(),
     );
-    let (id, state_bytes, _) = listed[1];
-    let bytes = fetched(&stderr, id).1;
+    let bytes = fetched(&stderr, listed[1].id).1;
     assert!(
-        bytes >= state_bytes,
-        "fetched {bytes} of {state_bytes} bytes"
+        bytes >= listed[1].state,
+        "fetched {bytes} of {} bytes",
+        listed[1].state
     );
+    // A key's state read straight from the store equals the local copy's.
+    let state_get = |dir: &str| {
+        let o = with_s3_env(&mut Command::new(strata_bin()))
+            .args(["state", "get", dir, "history", "LAS", "PHL"])
+            .output()
+            .unwrap();
+        succeeded_stdout(o)
+    };
+    let local = out.join("_checkpoints");
+    let from_local = state_get(local.to_str().unwrap());
+    assert!(from_local.contains("\"value\":["), "{from_local}");
+    assert_eq!(state_get(&kept.url), from_local);
+}
+
+fn succeeded_stdout(o: Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]
@@ -199,7 +258,7 @@ fn kafka_to_kafka_killed_on_one_machine_continues_on_another_with_the_exact_outp
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    kill_after_two_checkpoints(child, &prefix.url);
+    kill_after_checkpoint(child, &prefix.url, 2);
     let stderr = succeeded(run("second", &["--restore", "latest"]).output().unwrap());
     assert_ne!(summary(stderr.as_bytes())["restored_from"], "none");
     let got = read_route_history(&output);

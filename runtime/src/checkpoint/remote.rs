@@ -306,42 +306,59 @@ impl Remote {
         ids
     }
 
-    async fn upload(&self, rel: String, local: PathBuf, len: u64) -> Result<u64> {
-        let io_err = RuntimeError::io(&local);
+    /// Uploads `local` as `rel`: the bytes sent, or `None` when the file
+    /// vanished meanwhile (a sink removed or renamed it after a commit; the
+    /// next push mirrors what replaced it).
+    async fn upload(&self, rel: String, local: PathBuf, len: u64) -> Result<Option<u64>> {
         let target = self.path(&rel);
         let failed = |e| self.error(format_args!("uploading {rel}"), e);
+        let vanished = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
         if len <= SINGLE_PUT_MAX {
-            let body = tokio::fs::read(&local).await.map_err(io_err)?;
+            let body = match tokio::fs::read(&local).await {
+                Err(e) if vanished(&e) => return Ok(None),
+                other => other.map_err(RuntimeError::io(&local))?,
+            };
             let sent = body.len() as u64;
             self.store
                 .put(&target, PutPayload::from(body))
                 .await
                 .map_err(failed)?;
-            return Ok(sent);
+            return Ok(Some(sent));
         }
+        let mut file = match fs::File::open(&local) {
+            Err(e) if vanished(&e) => return Ok(None),
+            other => other.map_err(RuntimeError::io(&local))?,
+        };
         let upload = self.store.put_multipart(&target).await.map_err(failed)?;
         let mut writer = WriteMultipart::new(upload);
-        let mut file = fs::File::open(&local).map_err(RuntimeError::io(&local))?;
         let (mut buf, mut sent) = (vec![0u8; 8 << 20], 0u64);
-        loop {
-            let n = file.read(&mut buf).map_err(RuntimeError::io(&local))?;
-            if n == 0 {
-                break;
+        let outcome: Result<()> = async {
+            loop {
+                let n = file.read(&mut buf).map_err(RuntimeError::io(&local))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                writer
+                    .wait_for_capacity(CONCURRENCY)
+                    .await
+                    .map_err(failed)?;
+                writer.write(&buf[..n]);
+                sent += n as u64;
             }
-            writer
-                .wait_for_capacity(CONCURRENCY)
-                .await
-                .map_err(failed)?;
-            writer.write(&buf[..n]);
-            sent += n as u64;
+        }
+        .await;
+        if let Err(e) = outcome {
+            // No half-uploaded parts left behind in the bucket.
+            let _ = writer.abort().await;
+            return Err(e);
         }
         writer.finish().await.map_err(failed)?;
-        Ok(sent)
+        Ok(Some(sent))
     }
 
     async fn download(&self, rel: String, root: PathBuf) -> Result<u64> {
         let local = root.join(&rel);
-        let tmp = local.with_extension("download.tmp");
+        let tmp = PathBuf::from(format!("{}.download.tmp", local.display()));
         if let Some(dir) = local.parent() {
             fs::create_dir_all(dir).map_err(RuntimeError::io(dir))?;
         }
@@ -376,30 +393,28 @@ impl Remote {
                 .into_iter()
                 .filter(|(rel, stamp)| match uploaded.get(rel) {
                     None => true,
-                    // Seeded from a listing: immutable files match by size;
-                    // the rest (top-level files) are sent again.
-                    Some(s) if s.modified.is_none() => s.len != stamp.len || !rel.contains('/'),
+                    // Seeded from a listing: checkpoint files are
+                    // immutable, and match by size.
+                    Some(s) if s.modified.is_none() => s.len != stamp.len,
                     Some(s) => s != stamp,
                 })
                 .collect()
         };
         let sent = io().block_on(
-            futures::stream::iter(
-                changed
-                    .iter()
-                    .map(|(rel, stamp)| self.upload(rel.clone(), root.join(rel), stamp.len)),
-            )
+            futures::stream::iter(changed.into_iter().map(|(rel, stamp)| async move {
+                let sent = self.upload(rel.clone(), root.join(&rel), stamp.len).await?;
+                Ok::<_, RuntimeError>(sent.map(|bytes| (rel, stamp, bytes)))
+            }))
             .buffer_unordered(CONCURRENCY)
-            .try_collect::<Vec<u64>>(),
+            .try_collect::<Vec<_>>(),
         )?;
-        self.transfers
-            .bytes_up
-            .fetch_add(sent.iter().sum(), Ordering::Relaxed);
-        self.transfers
-            .files_up
-            .fetch_add(sent.len() as u64, Ordering::Relaxed);
+        let sent: Vec<(String, Stamp, u64)> = sent.into_iter().flatten().collect();
+        let t = &self.transfers;
+        t.bytes_up
+            .fetch_add(sent.iter().map(|s| s.2).sum(), Ordering::Relaxed);
+        t.files_up.fetch_add(sent.len() as u64, Ordering::Relaxed);
         let mut uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
-        uploaded.extend(changed);
+        uploaded.extend(sent.into_iter().map(|(rel, stamp, _)| (rel, stamp)));
         Ok(())
     }
 
@@ -491,22 +506,23 @@ impl Remote {
     }
 
     /// Makes the local copy at `root` hold checkpoint `id` of the object
-    /// store (see the module docs), unless it holds it already; `local` are
-    /// the local copy's completed checkpoints. Returns the ids of local
-    /// checkpoints the object store lacks, which the caller forgets.
+    /// store (see the module docs). A local `chk-<id>` whose `_metadata`
+    /// differs from the store's (another machine's checkpoint of the same
+    /// number) is replaced; one that matches is kept and nothing is
+    /// downloaded.
     ///
-    /// Errors: `id` is not in the object store, a transfer failed.
-    pub fn fetch(&self, root: &Path, id: u64, local: &[u64]) -> Result<()> {
+    /// Errors: `id` is not in the object store, a transfer failed, the
+    /// local copy cannot be written.
+    pub fn fetch(&self, root: &Path, id: u64) -> Result<()> {
         let objects = self.objects()?;
-        if !self.completed_ids(&objects).contains(&id) {
-            return Err(RuntimeError::Usage(format!(
-                "checkpoint storage {} holds no completed checkpoint {id} (see `strata checkpoints list {}`)",
-                self.url, self.url
-            )));
-        }
         self.seed(&objects);
-        if local.contains(&id) {
-            return Ok(());
+        let name = metadata_name(id);
+        let theirs = self.read(&name)?;
+        let dir = root.join(format!("chk-{id}"));
+        match fs::read(root.join(&name)) {
+            Ok(ours) if ours == theirs => return Ok(()),
+            Ok(_) => fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?,
+            Err(_) => {}
         }
         let started = Instant::now();
         let meta = self.metadata(id)?;
@@ -520,13 +536,11 @@ impl Remote {
         }
         let needed: Vec<String> = objects
             .iter()
-            .filter(|(rel, size)| {
-                let want = match kind(rel) {
-                    Kind::Private(n) => n == id && **rel != metadata_name(id),
-                    Kind::Shared => wanted.contains(rel.as_str()),
-                    Kind::Other => true,
-                };
-                want && here.get(*rel).is_none_or(|s| s.len != **size)
+            .filter(|(rel, size)| match kind(rel) {
+                Kind::Private(n) => n == id && **rel != name && !same_size(&here, rel, **size),
+                Kind::Shared => wanted.contains(rel.as_str()) && !same_size(&here, rel, **size),
+                // Staged parts may reuse a name with other content.
+                Kind::Other => true,
             })
             .map(|(rel, _)| rel.clone())
             .collect();
@@ -539,14 +553,15 @@ impl Remote {
             .buffer_unordered(CONCURRENCY)
             .try_collect::<Vec<u64>>(),
         )?;
-        let meta_bytes = io().block_on(self.download(metadata_name(id), root.into()))?;
+        // Every file durable before the `_metadata` that makes the local
+        // checkpoint complete.
         sync_tree(root)?;
+        let meta_bytes = io().block_on(self.download(name, root.into()))?;
+        super::storage::sync_dir(&dir)?;
         let bytes = got.iter().sum::<u64>() + meta_bytes;
-        self.transfers
-            .bytes_down
-            .fetch_add(bytes, Ordering::Relaxed);
-        self.transfers
-            .files_down
+        let t = &self.transfers;
+        t.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+        t.files_down
             .fetch_add(got.len() as u64 + 1, Ordering::Relaxed);
         eprintln!(
             "strata: fetched checkpoint {id} from {}: {} files, {bytes} bytes in {:.1} s",
@@ -557,18 +572,26 @@ impl Remote {
         Ok(())
     }
 
-    /// Records what the object store holds as uploaded, so that a push
-    /// after a restart sends only what is new.
+    /// Records the store's checkpoint files as uploaded, so that a push
+    /// after a restart sends only what is new. Other objects (staged parts,
+    /// whose names a restored sink may reuse) are not recorded: the next
+    /// push sends them again.
     fn seed(&self, objects: &BTreeMap<String, u64>) {
         let mut uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
         for (rel, len) in objects {
-            let stamp = Stamp {
-                len: *len,
-                modified: None,
-            };
-            uploaded.insert(rel.clone(), stamp);
+            if !matches!(kind(rel), Kind::Other) {
+                let stamp = Stamp {
+                    len: *len,
+                    modified: None,
+                };
+                uploaded.insert(rel.clone(), stamp);
+            }
         }
     }
+}
+
+fn same_size(here: &BTreeMap<String, Stamp>, rel: &str, size: u64) -> bool {
+    here.get(rel).is_some_and(|s| s.len == size)
 }
 
 /// fsyncs every directory under `root` and `root` itself (after
@@ -578,7 +601,7 @@ fn sync_tree(root: &Path) -> Result<()> {
         .map_err(RuntimeError::io(root))?
         .flatten()
     {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) && entry.file_name() != "_work" {
             sync_tree(&entry.path())?;
         }
     }

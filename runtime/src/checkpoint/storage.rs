@@ -100,36 +100,55 @@ impl CheckpointStorage {
         self.remote.as_deref()
     }
 
-    /// Where the checkpoints live, for messages: the object store's URL,
-    /// else the directory.
-    pub fn location(&self) -> String {
-        self.remote
-            .as_ref()
-            .map_or_else(|| self.root.display().to_string(), |r| r.url().to_owned())
-    }
-
     /// With an object store: makes this local copy hold checkpoint `id`
     /// (`None`: the object store's newest) and forgets the local
     /// checkpoints the object store lacks (their commit never finished).
-    /// Returns the object store's completed checkpoint ids, oldest first.
-    /// Without one: does nothing.
+    /// Returns the object store's newest completed checkpoint. Without an
+    /// object store: does nothing.
     ///
-    /// Errors: `id` is not in the object store, a transfer failed.
-    pub(crate) fn fetch(&self, id: Option<u64>) -> Result<Vec<u64>> {
+    /// Errors: `id` is not in the object store; the object store holds no
+    /// checkpoint while the local copy does (a wrong prefix?); a transfer
+    /// failed.
+    pub(crate) fn fetch(&self, id: Option<u64>) -> Result<Option<u64>> {
         let Some(remote) = &self.remote else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let there: Vec<u64> = remote.list()?.iter().map(|m| m.id).collect();
-        let (here, gone): (Vec<u64>, Vec<u64>) = self
-            .list()?
-            .iter()
-            .map(|m| m.id)
-            .partition(|id| there.contains(id));
-        self.forget_local(&gone)?;
-        if let Some(id) = id.or(there.last().copied()) {
-            remote.fetch(&self.root, id, &here)?;
+        let here: Vec<u64> = self.list()?.iter().map(|m| m.id).collect();
+        let Some(target) = id.or(there.last().copied()) else {
+            return match here.last() {
+                Some(newest) => Err(RuntimeError::Usage(format!(
+                    "{} holds no checkpoint, but its local copy {} holds checkpoint {newest}: check --checkpoint-dir (a wrong prefix or endpoint?), or remove the local copy to start over",
+                    remote.url(),
+                    self.root.display()
+                ))),
+                None => Ok(None),
+            };
+        };
+        if !there.contains(&target) {
+            return Err(RuntimeError::Usage(format!(
+                "{} holds no completed checkpoint {target} (see `strata checkpoints list {}`)",
+                remote.url(),
+                remote.url()
+            )));
         }
-        Ok(there)
+        let gone: Vec<u64> = here.into_iter().filter(|i| !there.contains(i)).collect();
+        self.forget_local(&gone)?;
+        remote.fetch(&self.root, target)?;
+        Ok(there.last().copied())
+    }
+
+    /// The completed checkpoints newer than `id`, here or in the object
+    /// store.
+    pub(crate) fn newer_than(&self, id: u64) -> Result<Vec<u64>> {
+        let mut ids: Vec<u64> = self.list()?.iter().map(|m| m.id).collect();
+        if let Some(remote) = &self.remote {
+            ids.extend(remote.list()?.iter().map(|m| m.id));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids.retain(|i| *i > id);
+        Ok(ids)
     }
 
     /// Opens existing storage for reading; a missing directory is an error.

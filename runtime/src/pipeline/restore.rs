@@ -187,11 +187,12 @@ where
     /// checkpoints left in the directory is removed first: no checkpoint is
     /// in flight now.
     pub(super) fn restore_point(&self, storage: &CheckpointStorage) -> Result<RestorePoint> {
-        self.fetch(storage)?;
+        let stored = self.fetch(storage)?;
         storage.sweep_incomplete()?;
         crate::write_back::refuse_written_back(storage)?;
         let completed = storage.list()?;
-        let next_id = completed.last().map_or(1, |m| m.id + 1);
+        let newest = completed.last().map(|m| m.id).max(stored);
+        let next_id = newest.map_or(1, |id| id + 1);
         let fresh = RestorePoint {
             restored: None,
             next_id,
@@ -200,7 +201,7 @@ where
             if let Some(m) = completed.last() {
                 return Err(RuntimeError::Usage(format!(
                     "checkpoint directory {} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty checkpoint directory",
-                    storage.location(),
+                    storage.root().display(),
                     m.id
                 )));
             }
@@ -255,21 +256,22 @@ where
     /// With checkpoints in an object store: brings the checkpoint to
     /// restore into the local copy (a fresh run only checks that the object
     /// store holds none).
-    fn fetch(&self, storage: &CheckpointStorage) -> Result<()> {
+    /// Returns the object store's newest checkpoint.
+    fn fetch(&self, storage: &CheckpointStorage) -> Result<Option<u64>> {
         let Some(remote) = storage.remote() else {
-            return Ok(());
+            return Ok(None);
         };
         match self.restore {
             None => match remote.list()?.last() {
                 Some(m) => Err(RuntimeError::Usage(format!(
-                    "checkpoint directory {} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty prefix",
+                    "{} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty prefix",
                     remote.url(),
                     m.id
                 ))),
-                None => Ok(()),
+                None => Ok(None),
             },
-            Some(RestoreFrom::Latest) => storage.fetch(None).map(drop),
-            Some(RestoreFrom::Checkpoint(id)) => storage.fetch(Some(id)).map(drop),
+            Some(RestoreFrom::Latest) => storage.fetch(None),
+            Some(RestoreFrom::Checkpoint(id)) => storage.fetch(Some(id)),
         }
     }
 
@@ -357,12 +359,7 @@ pub(super) fn refuse_newer_output(output: &Path, meta: &CheckpointMetadata) -> R
 /// of it has passed every check: a branch cannot go on without the output
 /// it committed, and `latest` must never pick one up again.
 pub(super) fn discard_newer(storage: &CheckpointStorage, restored: u64) -> Result<()> {
-    let newer: Vec<u64> = storage
-        .list()?
-        .into_iter()
-        .map(|m| m.id)
-        .filter(|id| *id > restored)
-        .collect();
+    let newer = storage.newer_than(restored)?;
     if newer.is_empty() {
         return Ok(());
     }
