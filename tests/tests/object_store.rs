@@ -4,7 +4,8 @@
 //! Kafka output), and back on a machine whose local copy has the newest
 //! checkpoint without downloading it, with the uninterrupted output;
 //! uploads are incremental; retention leaves nothing a kept checkpoint does
-//! not list; a bucket that is not there is a clear error.
+//! not list; a bucket that is not there, or an empty prefix to restore
+//! from, is a clear error.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -216,14 +217,13 @@ fn succeeded_stdout(o: Output) -> String {
 }
 
 #[test]
-fn a_bucket_that_does_not_exist_is_a_clear_error() {
+fn a_missing_bucket_or_an_empty_prefix_to_restore_is_a_clear_error() {
     require_s3();
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let o = route_history(&dir.path().join("out"), "s3://no-such-bucket/job", &[])
         .output()
         .unwrap();
-    assert!(!o.status.success());
     let error = error_line(&o);
     assert!(
         error.contains("s3://no-such-bucket/job") && error.contains("listing"),
@@ -233,6 +233,25 @@ fn a_bucket_that_does_not_exist_is_a_clear_error() {
         started.elapsed() < Duration::from_secs(30),
         "took {:?}",
         started.elapsed()
+    );
+    // A mistyped prefix on a machine without a local copy: refused, not a
+    // run started over.
+    let typo = Prefix::unique("typo");
+    let o = route_history(
+        &dir.path().join("out2"),
+        &typo.url,
+        &["--restore", "latest"],
+    )
+    .output()
+    .unwrap();
+    let error = error_line(&o);
+    assert!(
+        error.contains(&typo.url) && error.contains("holds none"),
+        "unclear error: {error}"
+    );
+    assert!(
+        typo.objects().is_empty(),
+        "a refused run wrote to the store"
     );
 }
 

@@ -199,6 +199,13 @@ impl Remote {
     ///
     /// Errors: a URL `object_store` cannot use ([`RuntimeError::Usage`]).
     pub fn connect(url: &str) -> Result<Self> {
+        let endpoint = std::env::var("AWS_ENDPOINT").unwrap_or_default();
+        let allow_http = std::env::var("AWS_ALLOW_HTTP").unwrap_or_default();
+        if endpoint.starts_with("http://") && allow_http != "true" {
+            return Err(RuntimeError::Usage(format!(
+                "checkpoint storage {url}: AWS_ENDPOINT is {endpoint}, plain http, but AWS_ALLOW_HTTP is not true"
+            )));
+        }
         let retry = object_store::RetryConfig {
             max_retries: 5,
             retry_timeout: Duration::from_secs(60),
@@ -259,7 +266,12 @@ impl Remote {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let listed: Vec<_> = io()
             .block_on(self.store.list(prefix).try_collect())
-            .map_err(|e| self.error("listing", e))?;
+            .map_err(|e| {
+                self.error(
+                    "listing (the store is reached with AWS_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION from the environment; for the test server: eval \"$(scripts/s3.sh env)\")",
+                    e,
+                )
+            })?;
         Ok(listed
             .into_iter()
             .filter_map(|o| {

@@ -126,10 +126,11 @@ impl CheckpointStorage {
             };
         };
         if !there.contains(&target) {
+            let ids: Vec<String> = there.iter().map(u64::to_string).collect();
             return Err(RuntimeError::Usage(format!(
-                "{} holds no completed checkpoint {target} (see `strata checkpoints list {}`)",
+                "{} holds no completed checkpoint {target} (completed: {})",
                 remote.url(),
-                remote.url()
+                ids.join(", ")
             )));
         }
         let gone: Vec<u64> = here.into_iter().filter(|i| !there.contains(i)).collect();
@@ -291,10 +292,10 @@ impl CheckpointStorage {
         for id in ids {
             let meta = self.dir_of(*id).join("_metadata");
             match fs::remove_file(&meta) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(RuntimeError::io(&meta)(e))
-                }
-                _ => sync_dir(&self.dir_of(*id))?,
+                // Not here (only in the object store): nothing to forget.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(RuntimeError::io(&meta)(e)),
+                Ok(()) => sync_dir(&self.dir_of(*id))?,
             }
         }
         self.sweep_incomplete()

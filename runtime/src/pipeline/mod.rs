@@ -413,6 +413,7 @@ where
         if let Some(addr) = self.metrics_addr {
             crate::metrics::serve(addr)?;
         }
+        let had_local_copy = parts.checkpoint_dir.exists();
         let mut storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
         if let Some(url) = &parts.remote {
             storage = storage.with_remote(Remote::connect(url)?);
@@ -422,7 +423,7 @@ where
             None => None,
         };
         let restore::RestorePoint { restored, next_id } =
-            tokio::task::block_in_place(|| self.restore_point(&storage))?;
+            tokio::task::block_in_place(|| self.restore_point(&storage, had_local_copy))?;
         if let (Some(m), Some(dir)) = (&restored, parts.output.dir()) {
             restore::refuse_newer_output(dir, m)?;
         }

@@ -186,8 +186,12 @@ where
     /// the id of this run's first checkpoint. What failed or crashed
     /// checkpoints left in the directory is removed first: no checkpoint is
     /// in flight now.
-    pub(super) fn restore_point(&self, storage: &CheckpointStorage) -> Result<RestorePoint> {
-        let stored = self.fetch(storage)?;
+    pub(super) fn restore_point(
+        &self,
+        storage: &CheckpointStorage,
+        had_local_copy: bool,
+    ) -> Result<RestorePoint> {
+        let stored = self.fetch(storage, had_local_copy)?;
         storage.sweep_incomplete()?;
         crate::write_back::refuse_written_back(storage)?;
         let completed = storage.list()?;
@@ -256,8 +260,10 @@ where
     /// With checkpoints in an object store: brings the checkpoint to
     /// restore into the local copy (a fresh run only checks that the object
     /// store holds none).
-    /// Returns the object store's newest checkpoint.
-    fn fetch(&self, storage: &CheckpointStorage) -> Result<Option<u64>> {
+    /// Returns the object store's newest checkpoint. `--restore latest` of
+    /// an empty store starts over only where a local copy shows a run that
+    /// stopped before its first checkpoint; elsewhere the prefix is wrong.
+    fn fetch(&self, storage: &CheckpointStorage, had_local_copy: bool) -> Result<Option<u64>> {
         let Some(remote) = storage.remote() else {
             return Ok(None);
         };
@@ -270,7 +276,14 @@ where
                 ))),
                 None => Ok(None),
             },
-            Some(RestoreFrom::Latest) => storage.fetch(None),
+            Some(RestoreFrom::Latest) => match storage.fetch(None)? {
+                None if !had_local_copy => Err(RuntimeError::Usage(format!(
+                    "cannot restore the latest checkpoint: {} holds none, and this machine has no local copy ({}) of a run that stopped before its first (check the prefix; without --restore a run starts fresh)",
+                    remote.url(),
+                    storage.root().display()
+                ))),
+                stored => Ok(stored),
+            },
             Some(RestoreFrom::Checkpoint(id)) => storage.fetch(Some(id)),
         }
     }
