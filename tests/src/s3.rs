@@ -87,6 +87,15 @@ impl Prefix {
             .collect()
     }
 
+    /// Writes the object `rel` (relative to the prefix).
+    pub fn put(&self, rel: &str, body: &[u8]) {
+        use object_store::ObjectStoreExt;
+        let (store, rt) = Self::client();
+        let path = object_store::path::Path::from(format!("{}/{rel}", self.name));
+        rt.block_on(store.put(&path, body.to_vec().into()))
+            .expect("writing a test object");
+    }
+
     /// The object `rel` (relative to the prefix).
     pub fn read(&self, rel: &str) -> Vec<u8> {
         use object_store::ObjectStoreExt;

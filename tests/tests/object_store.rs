@@ -4,8 +4,8 @@
 //! Kafka output), and back on a machine whose local copy has the newest
 //! checkpoint without downloading it, with the uninterrupted output;
 //! uploads are incremental; retention leaves nothing a kept checkpoint does
-//! not list; a bucket that is not there, or an empty prefix to restore
-//! from, is a clear error.
+//! not list; a bucket that is not there, an empty prefix to restore from,
+//! or a prefix holding objects strata did not write, is a clear error.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -217,7 +217,7 @@ fn succeeded_stdout(o: Output) -> String {
 }
 
 #[test]
-fn a_missing_bucket_or_an_empty_prefix_to_restore_is_a_clear_error() {
+fn a_missing_bucket_an_empty_prefix_to_restore_or_another_job_s_prefix_is_a_clear_error() {
     require_s3();
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
@@ -253,6 +253,16 @@ fn a_missing_bucket_or_an_empty_prefix_to_restore_is_a_clear_error() {
         typo.objects().is_empty(),
         "a refused run wrote to the store"
     );
+    // A prefix above another job's (or any object strata did not write):
+    // refused, and the other job's objects stay.
+    let parent = Prefix::unique("parent");
+    parent.put("jobA/chk-3/_metadata", b"another job's");
+    let o = route_history(&dir.path().join("out3"), &parent.url, &[])
+        .output()
+        .unwrap();
+    let error = error_line(&o);
+    assert!(error.contains("did not write"), "unclear error: {error}");
+    assert_eq!(parent.objects(), ["jobA/chk-3/_metadata"]);
 }
 
 #[test]

@@ -117,8 +117,12 @@ enum Kind {
     Private(u64),
     /// `shared/…`: an SST file any checkpoint may list.
     Shared,
-    /// Anything else: the sinks' staged parts, the L3 lineage.
+    /// strata's other files (names starting with `_`): the sinks' staged
+    /// parts, the L3 lineage, the write-back marker.
     Other,
+    /// Not strata's (e.g. another job's prefix below this one): never
+    /// deleted, downloaded or counted.
+    Foreign,
 }
 
 fn kind(rel: &str) -> Kind {
@@ -129,7 +133,11 @@ fn kind(rel: &str) -> Kind {
         .strip_prefix("chk-")
         .and_then(|r| r.split_once('/'))
         .and_then(|(n, _)| n.parse().ok());
-    id.map_or(Kind::Other, Kind::Private)
+    match id {
+        Some(id) => Kind::Private(id),
+        None if rel.starts_with('_') => Kind::Other,
+        None => Kind::Foreign,
+    }
 }
 
 fn metadata_name(id: u64) -> String {
@@ -289,12 +297,36 @@ impl Remote {
     }
 
     /// Every completed checkpoint in the object store, oldest first.
+    ///
+    /// An unreadable `_metadata` of an older checkpoint is skipped (a newer
+    /// one supersedes it); an unreadable newest one is an error.
     pub fn list(&self) -> Result<Vec<CheckpointMetadata>> {
         let objects = self.objects()?;
-        self.completed_ids(&objects)
-            .into_iter()
-            .map(|id| self.metadata(id))
-            .collect()
+        let ids = self.completed_ids(&objects);
+        let newest = ids.last().copied();
+        let mut out = Vec::new();
+        for id in ids {
+            match self.metadata(id) {
+                Ok(meta) => out.push(meta),
+                Err(e) if Some(id) == newest => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Refuses a prefix that holds objects strata did not write (a parent
+    /// of other jobs' prefixes, a bucket's root): a start deletes what no
+    /// checkpoint references, which must never be someone else's.
+    pub fn refuse_foreign(&self) -> Result<()> {
+        let objects = self.objects()?;
+        match objects.keys().find(|rel| matches!(kind(rel), Kind::Foreign)) {
+            None => Ok(()),
+            Some(rel) => Err(RuntimeError::Usage(format!(
+                "checkpoint storage {} holds objects strata did not write (e.g. {rel}): give an empty prefix or one of strata's",
+                self.url
+            ))),
+        }
     }
 
     fn metadata(&self, id: u64) -> Result<CheckpointMetadata> {
@@ -394,15 +426,23 @@ impl Remote {
     }
 
     /// Uploads what the local copy at `root` holds that is new or changed
-    /// since the last push (see the module docs), at most eight at a time.
+    /// since the last push (see the module docs) for checkpoint `id`, at
+    /// most eight at a time.
     ///
     /// Errors: a file that cannot be read, an upload that failed.
-    pub fn push(&self, root: &Path) -> Result<()> {
+    pub fn push(&self, root: &Path, id: u64) -> Result<()> {
         let local = local_files(root)?;
         let changed: Vec<(String, Stamp)> = {
             let uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
             local
                 .into_iter()
+                // Another checkpoint's private files went up at its own
+                // commit (a stale local one must never overwrite them).
+                .filter(|(rel, _)| match kind(rel) {
+                    Kind::Private(n) => n == id,
+                    Kind::Foreign => false,
+                    Kind::Shared | Kind::Other => true,
+                })
                 .filter(|(rel, stamp)| match uploaded.get(rel) {
                     None => true,
                     // Seeded from a listing: checkpoint files are
@@ -497,6 +537,7 @@ impl Remote {
             Kind::Private(id) => !kept_ids.contains(&id) && id <= newest,
             Kind::Shared => !live.contains(rel.as_str()),
             Kind::Other => !local.contains_key(rel),
+            Kind::Foreign => false,
         });
         self.delete(stale.collect())
     }
@@ -512,7 +553,7 @@ impl Remote {
         let dead = objects.into_keys().filter(|rel| match kind(rel) {
             Kind::Private(id) => !ids.contains(&id),
             Kind::Shared => !live.contains(rel.as_str()),
-            Kind::Other => false,
+            Kind::Other | Kind::Foreign => false,
         });
         self.delete(dead.collect())
     }
@@ -539,6 +580,16 @@ impl Remote {
         let started = Instant::now();
         let meta = self.metadata(id)?;
         let wanted: HashSet<&str> = super::storage::objects(&meta).collect();
+        let mut listed = meta.operators.iter().flat_map(|o| &o.manifest.files);
+        if let Some(f) = listed.find(|f| objects.get(&f.object) != Some(&f.bytes)) {
+            return Err(RuntimeError::Checkpoint {
+                path: PathBuf::from(&self.url),
+                reason: format!(
+                    "checkpoint {id} lists {} ({} bytes), which the store does not hold whole",
+                    f.object, f.bytes
+                ),
+            });
+        }
         let here = local_files(root)?;
         for rel in here.keys().filter(|r| matches!(kind(r), Kind::Other)) {
             if !objects.contains_key(rel) {
@@ -553,6 +604,7 @@ impl Remote {
                 Kind::Shared => wanted.contains(rel.as_str()) && !same_size(&here, rel, **size),
                 // Staged parts may reuse a name with other content.
                 Kind::Other => true,
+                Kind::Foreign => false,
             })
             .map(|(rel, _)| rel.clone())
             .collect();
@@ -625,7 +677,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn object_names_are_sorted_into_private_shared_and_other() {
+    fn object_names_are_sorted_into_private_shared_strata_s_own_and_foreign() {
         assert!(matches!(
             kind("chk-12/op-0/MANIFEST-000005"),
             Kind::Private(12)
@@ -636,8 +688,11 @@ mod tests {
             kind("_kafka/.rh-0-000003.jsonl.inprogress"),
             Kind::Other
         ));
-        assert!(matches!(kind("chk-x/y"), Kind::Other));
         assert!(matches!(kind("_l3_lineage"), Kind::Other));
+        // Another job's prefix below this one, or a stray object.
+        assert!(matches!(kind("jobA/chk-3/_metadata"), Kind::Foreign));
+        assert!(matches!(kind("chk-x/y"), Kind::Foreign));
+        assert!(matches!(kind("notes.txt"), Kind::Foreign));
     }
 
     #[test]

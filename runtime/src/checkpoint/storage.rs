@@ -239,7 +239,7 @@ impl CheckpointStorage {
         let dir = self.dir_of(meta.id);
         fs::create_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
         if let Some(remote) = &self.remote {
-            remote.push(&self.root)?;
+            remote.push(&self.root, meta.id)?;
         }
         let tmp = dir.join("_metadata.tmp");
         let body = meta
@@ -298,7 +298,7 @@ impl CheckpointStorage {
                 Ok(()) => sync_dir(&self.dir_of(*id))?,
             }
         }
-        self.sweep_incomplete()
+        self.sweep_local()
     }
 
     /// Keeps the newest `keep` completed checkpoints; deletes the others and
@@ -342,6 +342,13 @@ impl CheckpointStorage {
     /// checkpoints that never completed and shared files they alone stored.
     /// Call only while no checkpoint is in flight (at job start).
     pub(crate) fn sweep_incomplete(&self) -> Result<()> {
+        self.sweep_local()?;
+        self.remote.as_ref().map_or(Ok(()), |r| r.sweep())
+    }
+
+    /// The local part of [`Self::sweep_incomplete`]: never touches the
+    /// object store (a read-only command's fetch calls it).
+    fn sweep_local(&self) -> Result<()> {
         let all = self.list()?;
         let live: HashSet<String> = all.iter().flat_map(objects).map(str::to_owned).collect();
         for (_, dir) in self.checkpoint_dirs()? {
@@ -359,7 +366,7 @@ impl CheckpointStorage {
                 }
             }
         }
-        self.remote.as_ref().map_or(Ok(()), |r| r.sweep())
+        Ok(())
     }
 }
 

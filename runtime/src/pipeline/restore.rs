@@ -269,12 +269,12 @@ where
         };
         match self.restore {
             None => match remote.list()?.last() {
+                None => remote.refuse_foreign().map(|()| None),
                 Some(m) => Err(RuntimeError::Usage(format!(
                     "{} already holds checkpoint {} of an earlier run: pass --restore latest to continue it, or use an empty prefix",
                     remote.url(),
                     m.id
                 ))),
-                None => Ok(None),
             },
             Some(RestoreFrom::Latest) => match storage.fetch(None)? {
                 None if !had_local_copy => Err(RuntimeError::Usage(format!(
