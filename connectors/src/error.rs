@@ -51,6 +51,10 @@ pub enum ConnectorError {
     /// A Kafka client call failed (`what` says which, on which topic).
     #[error("kafka: {what}: {reason}")]
     Kafka { what: String, reason: String },
+    /// A transactional producer was fenced: a newer instance of its
+    /// `transactional.id` (another process that took over) started.
+    #[error("kafka: {what}: {reason}")]
+    KafkaFenced { what: String, reason: String },
     /// A `kafka://` address or a Kafka setting is not usable.
     #[error("{0}")]
     KafkaUsage(String),

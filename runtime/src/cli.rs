@@ -48,10 +48,32 @@ enum Command {
         #[command(subcommand)]
         command: MigrationCommand,
     },
+    /// Jobs run by several processes (a consumer group).
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
     /// Load a file into a Kafka topic, or read a topic out.
     Topic {
         #[command(subcommand)]
         command: crate::topic::TopicCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum JobsCommand {
+    /// Which process owns which partition of a job run with
+    /// `--input kafka://…/topic?group=G`, each shard's last checkpoint and lag.
+    Status {
+        /// Kafka brokers, host:port[,host:port].
+        #[arg(long)]
+        brokers: String,
+        /// The consumer group (`group=` of `--input`).
+        #[arg(long)]
+        group: String,
+        /// The input topic [default: the one the group's members read].
+        #[arg(long)]
+        topic: Option<String>,
     },
 }
 
@@ -78,7 +100,7 @@ enum MigrationCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Job {
+pub(crate) enum Job {
     /// Per flight: count and mean delay of its route's flights in the last 60 days.
     RouteHistory,
     /// Per user event: the user's events and payload bytes in the last 60
@@ -87,35 +109,39 @@ enum Job {
 }
 
 #[derive(Debug, clap::Args)]
-struct RunArgs {
+pub(crate) struct RunArgs {
     /// The job to run.
-    job: Job,
+    pub(crate) job: Job,
     /// Input file (.parquet, .csv or .jsonl), or Kafka topics:
-    /// kafka://host:port[,host:port]/topic[,topic][?group=G&start=earliest|latest].
+    /// kafka://host:port[,host:port]/topic[,topic][?start=earliest|latest].
+    /// With `?group=G` (one topic) the process joins consumer group G and
+    /// runs the partitions the group gives it, each as a shard with its
+    /// own checkpoints in <checkpoint-dir>/p-<partition>: start the same
+    /// command on several machines to share the work.
     #[arg(long)]
-    input: std::ffi::OsString,
+    pub(crate) input: std::ffi::OsString,
     /// Output directory (JSON-lines part files appear on checkpoint
     /// completion), or a Kafka topic: kafka://host:port/topic (exactly once
     /// through transactions; read it with isolation.level=read_committed).
     #[arg(long)]
-    output: std::ffi::OsString,
+    pub(crate) output: std::ffi::OsString,
     /// Checkpoint directory [default: <output>/_checkpoints; required with a Kafka output].
     #[arg(long)]
-    checkpoint_dir: Option<PathBuf>,
+    pub(crate) checkpoint_dir: Option<PathBuf>,
     /// Continue from a checkpoint instead of starting fresh: `latest`, a
     /// checkpoint id (see `strata checkpoints list`), or a checkpoint's
     /// directory `<checkpoint-dir>/chk-<id>`.
     #[arg(long, value_name = "latest|ID|PATH")]
-    restore: Option<String>,
+    pub(crate) restore: Option<String>,
     /// A TOML configuration file.
     #[arg(long)]
-    config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Override a configuration key, e.g. -D checkpoint.interval=2s (repeatable).
     #[arg(short = 'D', value_name = "KEY=VALUE")]
-    overrides: Vec<String>,
+    pub(crate) overrides: Vec<String>,
     /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9249.
     #[arg(long)]
-    metrics_addr: Option<std::net::SocketAddr>,
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,6 +174,11 @@ enum StateCommand {
 pub fn main(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => {
+            if let Some(group) = crate::group::command::group_of(&args.input)? {
+                let report = crate::group::command::run(group, args)?;
+                eprintln!("{}", crate::group::command::summary(&report));
+                return Ok(());
+            }
             let report = run(args)?;
             eprintln!("{}", summary(&report));
             Ok(())
@@ -183,6 +214,19 @@ pub fn main(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Topic { command } => crate::topic::main(command),
+        Command::Jobs {
+            command:
+                JobsCommand::Status {
+                    brokers,
+                    group,
+                    topic,
+                },
+        } => {
+            for line in crate::group::status::lines(&brokers, &group, topic.as_deref())? {
+                print_line(&line)?;
+            }
+            Ok(())
+        }
         Command::State {
             command: StateCommand::Get { dir, state, key },
         } => {
@@ -228,7 +272,7 @@ type StateRenderer = fn(&strata_cache::StateStore, &str, &[u8]) -> Result<serde_
 
 impl Job {
     /// The job's name and the states it declares.
-    fn states(self) -> (&'static str, Vec<strata_cache::StateDescriptor>) {
+    pub(crate) fn states(self) -> (&'static str, Vec<strata_cache::StateDescriptor>) {
         match self {
             Job::RouteHistory => ("route-history", RouteHistory::default().states()),
             Job::UserHistory => ("user-history", UserHistory::default().states()),
@@ -238,21 +282,53 @@ impl Job {
 
 fn run(args: RunArgs) -> Result<JobReport> {
     let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
-    match args.job {
-        Job::RouteHistory => {
-            let pipeline = Pipeline::new("route-history", config, RouteHistory::default)
-                .file_source(&args.input, route_history::schema(), route_history::parse)
-                .key_by(route_history::key)
-                .timestamps(|f| f.date);
-            finish(pipeline, args)
+    let (job, input) = (args.job, args.input.clone());
+    job.pipeline(config, &input, Finish(args))
+}
+
+/// Something done with a job's pipeline, whatever the job's types.
+pub(crate) trait PipelineRun {
+    fn run<F>(self, pipeline: Pipeline<F>) -> Result<JobReport>
+    where
+        F: KeyedProcessFunction,
+        F::Out: serde::Serialize;
+}
+
+impl Job {
+    /// The job's pipeline reading `input` (source, key, timestamps), handed to `then`.
+    pub(crate) fn pipeline(
+        self,
+        config: JobConfig,
+        input: &std::ffi::OsStr,
+        then: impl PipelineRun,
+    ) -> Result<JobReport> {
+        match self {
+            Job::RouteHistory => then.run(
+                Pipeline::new("route-history", config, RouteHistory::default)
+                    .file_source(input, route_history::schema(), route_history::parse)
+                    .key_by(route_history::key)
+                    .timestamps(|f| f.date),
+            ),
+            Job::UserHistory => then.run(
+                Pipeline::new("user-history", config, UserHistory::default)
+                    .file_source(input, user_history::schema(), user_history::parse)
+                    .key_by(user_history::key)
+                    .timestamps(|e| e.event_time),
+            ),
         }
-        Job::UserHistory => {
-            let pipeline = Pipeline::new("user-history", config, UserHistory::default)
-                .file_source(&args.input, user_history::schema(), user_history::parse)
-                .key_by(user_history::key)
-                .timestamps(|e| e.event_time);
-            finish(pipeline, args)
-        }
+    }
+}
+
+/// A plain run: the rest of the command line's settings, then run.
+struct Finish(RunArgs);
+
+impl PipelineRun for Finish {
+    fn run<F>(self, pipeline: Pipeline<F>) -> Result<JobReport>
+    where
+        F: KeyedProcessFunction,
+        F::Out: serde::Serialize,
+    {
+        finish(pipeline, self.0)
     }
 }
 

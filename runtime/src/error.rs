@@ -61,6 +61,14 @@ pub enum RuntimeError {
     /// shown alone only if no task reported one (a bug in strata).
     #[error("a task's input or output closed without an error from any task (a bug in strata: please report it)")]
     Disconnected,
+    /// A shard of a consumer group (its input partition) belongs to
+    /// another process now: this one stops it without committing (a
+    /// zombie is fenced).
+    #[error("shard {partition} was given to another process: {reason}")]
+    ShardLost { partition: i32, reason: String },
+    /// A process of a consumer group was asked to stop (SIGINT, SIGTERM).
+    #[error("interrupted by {signal}: left the consumer group; its shards continue from their last checkpoints in the processes the group gives them to")]
+    Left { signal: &'static str },
 }
 
 /// What an interrupted run has committed.
@@ -104,7 +112,9 @@ impl RuntimeError {
     /// `task` in context (a closed channel stays what it is).
     pub(crate) fn in_checkpoint(self, id: u64, task: &str) -> Self {
         match self {
-            RuntimeError::Disconnected | RuntimeError::CheckpointFailed { .. } => self,
+            RuntimeError::Disconnected
+            | RuntimeError::CheckpointFailed { .. }
+            | RuntimeError::ShardLost { .. } => self,
             e => RuntimeError::CheckpointFailed {
                 id,
                 task: task.to_owned(),

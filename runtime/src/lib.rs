@@ -21,6 +21,7 @@ mod dir_lock;
 mod error;
 mod fresh_dirs;
 pub mod function;
+pub mod group;
 pub mod inspect;
 pub mod jobs;
 mod local_dir;

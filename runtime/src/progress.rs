@@ -26,11 +26,15 @@ pub struct Progress {
     pub dead_letters: AtomicU64,
     /// A Kafka source's backpressure and lag figures.
     pub kafka: std::sync::OnceLock<Arc<strata_connectors::kafka::SourceStats>>,
+    /// When the source read its first record.
+    pub first_record: std::sync::OnceLock<Instant>,
 }
 
 impl Progress {
     pub(crate) fn source_at(&self, (done, total): (u64, u64)) {
-        self.records_in.fetch_add(1, Ordering::Relaxed);
+        if self.records_in.fetch_add(1, Ordering::Relaxed) == 0 {
+            let _ = self.first_record.set(Instant::now());
+        }
         self.done.store(done, Ordering::Relaxed);
         self.total.store(total, Ordering::Relaxed);
     }
@@ -82,7 +86,12 @@ pub(crate) async fn report(
     progress: Arc<Progress>,
     stores: Vec<StateStore>,
     mut clocks: Vec<TaskClock>,
+    shown: bool,
 ) {
+    if !shown {
+        // A shard of a group: the group shows and publishes its figures.
+        return std::future::pending().await;
+    }
     let bar = terminal_bar();
     let started = Instant::now();
     // (when, records read in this run, input done) at the last log line.

@@ -87,6 +87,26 @@ impl Prefix {
             .collect()
     }
 
+    /// The objects under the prefix with their sizes, names relative to it.
+    pub fn sizes(&self) -> Vec<(String, u64)> {
+        use futures::TryStreamExt;
+        use object_store::ObjectStore;
+        let (store, rt) = Self::client();
+        let prefix = object_store::path::Path::from(self.name.as_str());
+        let listed: Vec<_> = rt
+            .block_on(store.list(Some(&prefix)).try_collect())
+            .expect("listing the test prefix");
+        listed
+            .into_iter()
+            .map(|o| {
+                (
+                    o.location.as_ref()[self.name.len() + 1..].to_owned(),
+                    o.size,
+                )
+            })
+            .collect()
+    }
+
     /// Writes the object `rel` (relative to the prefix).
     pub fn put(&self, rel: &str, body: &[u8]) {
         use object_store::ObjectStoreExt;

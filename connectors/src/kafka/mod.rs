@@ -17,10 +17,15 @@
 //! partition (Kafka's default partitioner hashes the key), and the source
 //! can check that a message's key is the key its fields give.
 
+mod group;
 mod sink;
 mod source;
 mod topic;
 
+pub use group::{
+    describe_group, group_topics, Commit, Committed, GroupInfo, GroupMember, GroupOptions,
+    MemberInfo, RebalanceListener,
+};
 pub use sink::{KafkaSink, KafkaSinkOptions, OutRecord};
 pub use source::{Fetched, KafkaSource, KafkaSourceOptions, PartitionOffset, Polled, SourceStats};
 pub use topic::{load_topic, read_topic, LoadReport, ReadOptions};
@@ -163,7 +168,10 @@ pub(crate) fn client_config(
 }
 
 /// The partitions of `topic`, in order. Errors name a missing topic.
-pub(crate) fn partitions_of(consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>> {
+pub(crate) fn partitions_of<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+) -> Result<Vec<i32>> {
     let metadata = consumer
         .fetch_metadata(Some(topic), CALL_TIMEOUT)
         .map_err(ConnectorError::kafka(format!("metadata of topic {topic}")))?;
@@ -182,6 +190,16 @@ fn missing_topic(topic: &str) -> ConnectorError {
     ConnectorError::KafkaUsage(format!(
         "topic {topic} does not exist (create it, e.g. with strata topic load ... --topic {topic} --partitions N)"
     ))
+}
+
+/// How many partitions `topic` has.
+///
+/// Errors: the topic does not exist, the brokers cannot be reached within 30 s.
+pub fn partition_count(brokers: &str, topic: &str) -> Result<usize> {
+    let consumer: BaseConsumer = client_config(brokers, &[], &[])
+        .create()
+        .map_err(ConnectorError::kafka("create a consumer"))?;
+    Ok(partitions_of(&consumer, topic)?.len())
 }
 
 /// The key of `parts` as strata keys messages: one part as it is, several

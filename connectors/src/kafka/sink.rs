@@ -324,7 +324,7 @@ impl KafkaSink {
     fn fenced(&self, seq: u64) -> Option<ConnectorError> {
         let (code, reason) = self.producer.client().fatal_error()?;
         let fenced = is_fencing(code);
-        fenced.then(|| ConnectorError::Kafka {
+        fenced.then(|| ConnectorError::KafkaFenced {
             what: format!(
                 "commit epoch file {seq} to {} (transactional.id {})",
                 self.options.topic, self.options.transactional_id
@@ -337,16 +337,18 @@ impl KafkaSink {
         if let Some(fenced) = self.fenced(seq) {
             return fenced;
         }
-        let fenced = matches!(&e, KafkaError::Transaction(t) if is_fencing(t.code()));
-        ConnectorError::Kafka {
-            what: format!(
-                "commit epoch file {seq} to {} (transactional.id {})",
-                self.options.topic, self.options.transactional_id
-            ),
-            reason: if fenced {
-                format!("{e}: this instance was fenced by a newer one of the same job (a restore took over); it stops without committing")
-            } else {
-                e.to_string()
+        let what = format!(
+            "commit epoch file {seq} to {} (transactional.id {})",
+            self.options.topic, self.options.transactional_id
+        );
+        match &e {
+            KafkaError::Transaction(t) if is_fencing(t.code()) => ConnectorError::KafkaFenced {
+                what,
+                reason: format!("{e}: this instance was fenced by a newer one of the same job (a restore took over); it stops without committing"),
+            },
+            _ => ConnectorError::Kafka {
+                what,
+                reason: e.to_string(),
             },
         }
     }

@@ -42,8 +42,11 @@ use std::time::{Duration, Instant};
 pub struct KafkaSourceOptions {
     /// `bootstrap.servers`.
     pub brokers: String,
-    /// Topics to read, all their partitions.
+    /// Topics to read, all their partitions (or those `partitions` names).
     pub topics: Vec<String>,
+    /// Read only these partitions of the topics (a shard of a consumer
+    /// group: see `strata_runtime`'s group mode); `None`: all of them.
+    pub partitions: Option<Vec<i32>>,
     /// The consumer group offsets are committed to (monitoring only).
     pub group: String,
     /// Without a restored position: start at the end (`latest`) rather
@@ -129,8 +132,9 @@ impl KafkaSource {
     /// given (a partition the restored position does not name starts at
     /// the beginning: it was created since), else at the start position.
     ///
-    /// Errors: a topic does not exist, the brokers cannot be reached
-    /// within 30 s, a property librdkafka refuses.
+    /// Errors: a topic does not exist, a partition `options.partitions`
+    /// names does not exist, the brokers cannot be reached within 30 s, a
+    /// property librdkafka refuses.
     pub fn open(
         options: &KafkaSourceOptions,
         restored: Option<&[PartitionOffset]>,
@@ -138,9 +142,15 @@ impl KafkaSource {
         let consumer = consumer(options)?;
         let mut partitions = Vec::new();
         for topic in &options.topics {
-            for p in partitions_of(&consumer, topic)? {
-                partitions.push((topic.clone(), p));
+            let all = partitions_of(&consumer, topic)?;
+            let wanted = options.partitions.clone().unwrap_or_else(|| all.clone());
+            if let Some(p) = wanted.iter().find(|p| !all.contains(p)) {
+                return Err(ConnectorError::KafkaUsage(format!(
+                    "topic {topic} has no partition {p} (it has {})",
+                    all.len()
+                )));
             }
+            partitions.extend(wanted.into_iter().map(|p| (topic.clone(), p)));
         }
         let at: HashMap<(&str, i32), i64> = restored
             .unwrap_or_default()

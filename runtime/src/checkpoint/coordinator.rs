@@ -162,6 +162,9 @@ impl Coordinator {
                                         self.sweep_l3(&stats).await?;
                                         None
                                     }
+                                    // Another process owns the shard: nothing
+                                    // of the checkpoint may be discarded.
+                                    Err(e @ RuntimeError::ShardLost { .. }) => return Err(e),
                                     Err(e) => Some(e.in_checkpoint(id, "coordinator")),
                                 }
                             }

@@ -400,6 +400,9 @@ impl Remote {
         Ok(Some(sent))
     }
 
+    /// Downloads `rel` into the local copy at `root`: its bytes. A staged
+    /// part (`_*`) that is gone is skipped (0 bytes): its sink published
+    /// and deleted it since the listing, so no restore needs it.
     async fn download(&self, rel: String, root: PathBuf) -> Result<u64> {
         let local = root.join(&rel);
         let tmp = PathBuf::from(format!("{}.download.tmp", local.display()));
@@ -407,12 +410,12 @@ impl Remote {
             fs::create_dir_all(dir).map_err(RuntimeError::io(dir))?;
         }
         let failed = |e| self.error(format_args!("downloading {rel}"), e);
-        let mut stream = self
-            .store
-            .get(&self.path(&rel))
-            .await
-            .map_err(failed)?
-            .into_stream();
+        let mut stream = match self.store.get(&self.path(&rel)).await {
+            Err(object_store::Error::NotFound { .. }) if matches!(kind(&rel), Kind::Other) => {
+                return Ok(0)
+            }
+            got => got.map_err(failed)?.into_stream(),
+        };
         let mut file = fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
         let mut got = 0u64;
         while let Some(chunk) = stream.next().await {
@@ -516,21 +519,31 @@ impl Remote {
         )
     }
 
-    /// Makes the object store hold what the local copy keeps: `kept` are
-    /// its completed checkpoints after retention. Dropped checkpoints lose
-    /// their `_metadata` first, then their files; `shared/` objects no kept
+    /// Keeps the newest `keep` completed checkpoints of the object store
+    /// (its own and `local`, the local copy's, which a restore on another
+    /// machine may lack most of). Dropped checkpoints lose their
+    /// `_metadata` first, then their files; `shared/` objects no kept
     /// checkpoint lists and other objects the local copy no longer has are
     /// removed. Call only while no checkpoint is in flight.
-    pub fn prune(&self, root: &Path, kept: &[CheckpointMetadata]) -> Result<()> {
+    ///
+    /// Errors: a kept checkpoint's metadata cannot be read, a request failed.
+    pub fn prune(&self, root: &Path, keep: usize, local: &[CheckpointMetadata]) -> Result<()> {
         let objects = self.objects()?;
-        let kept_ids: HashSet<u64> = kept.iter().map(|m| m.id).collect();
-        let newest = kept.iter().map(|m| m.id).max().unwrap_or(0);
-        let dropped: Vec<u64> = self
-            .completed_ids(&objects)
-            .into_iter()
-            .filter(|id| !kept_ids.contains(id))
-            .collect();
-        self.forget(&dropped)?;
+        let mut ids = self.completed_ids(&objects);
+        ids.extend(local.iter().map(|m| m.id));
+        ids.sort_unstable();
+        ids.dedup();
+        let (dropped, kept_ids) = ids.split_at(ids.len().saturating_sub(keep.max(1)));
+        let kept = kept_ids
+            .iter()
+            .map(|id| match local.iter().find(|m| m.id == *id) {
+                Some(m) => Ok(m.clone()),
+                None => self.metadata(*id),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let kept_ids: HashSet<u64> = kept_ids.iter().copied().collect();
+        let newest = kept_ids.iter().copied().max().unwrap_or(0);
+        self.forget(dropped)?;
         let live: HashSet<&str> = kept.iter().flat_map(super::storage::objects).collect();
         let local = local_files(root)?;
         let stale = objects.into_keys().filter(|rel| match kind(rel) {
@@ -623,12 +636,17 @@ impl Remote {
         let meta_bytes = io().block_on(self.download(name, root.into()))?;
         super::storage::sync_dir(&dir)?;
         let bytes = got.iter().sum::<u64>() + meta_bytes;
+        let other: u64 = needed
+            .iter()
+            .filter(|rel| matches!(kind(rel), Kind::Other))
+            .filter_map(|rel| objects.get(rel))
+            .sum();
         let t = &self.transfers;
         t.bytes_down.fetch_add(bytes, Ordering::Relaxed);
         t.files_down
             .fetch_add(got.len() as u64 + 1, Ordering::Relaxed);
         eprintln!(
-            "strata: fetched checkpoint {id} from {}: {} files, {bytes} bytes in {:.1} s",
+            "strata: fetched checkpoint {id} from {}: {} files, {bytes} bytes ({other} of them staged output and markers) in {:.1} s",
             self.url,
             got.len() + 1,
             started.elapsed().as_secs_f64()

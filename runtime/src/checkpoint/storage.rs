@@ -29,6 +29,24 @@ pub struct CheckpointStorage {
     _lock: Option<Arc<DirLock>>,
     /// The object store this directory is the local copy of.
     remote: Option<Arc<Remote>>,
+    /// Asked before a checkpoint goes out (a shard of a consumer group).
+    fence: Option<Fence>,
+}
+
+/// Asked before a checkpoint's files and again before its metadata go out:
+/// errs ([`RuntimeError::ShardLost`]) once this process no longer owns the
+/// shard the storage holds, so a zombie never writes over its successor's
+/// checkpoints (see [`crate::group`]).
+#[derive(Clone)]
+pub(crate) struct Fence(pub(crate) Arc<FenceFn>);
+
+/// What a [`Fence`] asks: may checkpoint `meta` go out?
+pub(crate) type FenceFn = dyn Fn(&CheckpointMetadata) -> Result<()> + Send + Sync;
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fence")
+    }
 }
 
 /// Every object checkpoint `meta` lists (private and shared files).
@@ -86,6 +104,7 @@ impl CheckpointStorage {
             root: root.to_owned(),
             _lock: Some(Arc::new(lock_dir(root, "checkpoint directory")?)),
             remote: None,
+            fence: None,
         })
     }
 
@@ -93,6 +112,16 @@ impl CheckpointStorage {
     pub fn with_remote(mut self, remote: Remote) -> Self {
         self.remote = Some(Arc::new(remote));
         self
+    }
+
+    /// Makes every commit ask `fence` first (see [`Fence`]).
+    pub(crate) fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    fn check_fence(&self, meta: &CheckpointMetadata) -> Result<()> {
+        self.fence.as_ref().map_or(Ok(()), |f| (f.0)(meta))
     }
 
     /// The object store, if this directory is a local copy.
@@ -164,6 +193,7 @@ impl CheckpointStorage {
             root: root.to_owned(),
             _lock: None,
             remote: None,
+            fence: None,
         })
     }
 
@@ -238,6 +268,7 @@ impl CheckpointStorage {
     pub(crate) fn commit(&self, meta: &CheckpointMetadata) -> Result<()> {
         let dir = self.dir_of(meta.id);
         fs::create_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
+        self.check_fence(meta)?;
         if let Some(remote) = &self.remote {
             remote.push(&self.root, meta.id)?;
         }
@@ -257,7 +288,10 @@ impl CheckpointStorage {
         if let Some(remote) = &self.remote {
             // Not in the object store: the checkpoint does not exist (the
             // coordinator's discard removes the rest).
-            if let Err(e) = remote.put_metadata(meta.id, &body) {
+            let put = self
+                .check_fence(meta)
+                .and_then(|()| remote.put_metadata(meta.id, &body));
+            if let Err(e) = put {
                 let _ = fs::remove_file(dir.join("_metadata"));
                 return Err(e);
             }
@@ -333,9 +367,14 @@ impl CheckpointStorage {
                 fs::remove_dir_all(&dir).map_err(RuntimeError::io(&dir))?;
             }
         }
-        self.remote
-            .as_ref()
-            .map_or(Ok(()), |r| r.prune(&self.root, kept))
+        // A shard's retention deletes in the store: only while it owns it.
+        match &self.remote {
+            Some(r) if !kept.is_empty() => {
+                self.check_fence(&kept[kept.len() - 1])?;
+                r.prune(&self.root, keep, kept)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Deletes what no completed checkpoint references: directories of

@@ -34,6 +34,7 @@ use crate::dir_lock::lock_dir;
 use crate::error::{Result, RuntimeError};
 use crate::fresh_dirs::FreshDirs;
 use crate::function::KeyedProcessFunction;
+use crate::group::Shard;
 use crate::local_dir::LocalDir;
 use crate::task::input::{GeneratorInput, Input, InputKind, KafkaDecoding, KafkaInput};
 use serde::Serialize;
@@ -47,7 +48,8 @@ use strata_connectors::kafka::{KafkaEndpoint, KafkaSource};
 use strata_connectors::{FileSource, Format, Position, RecordError, Row, Schema, SourceOptions};
 use targets::Target;
 use tokio::sync::{mpsc, watch};
-use wiring::{join_all, shutdown_signal, SourceParts, Wiring};
+pub(crate) use wiring::shutdown_signal;
+use wiring::{join_all, SourceParts, Wiring};
 
 pub(crate) type ParseFn<I> =
     Arc<dyn Fn(Row, &Schema) -> std::result::Result<I, RecordError> + Send + Sync>;
@@ -82,6 +84,9 @@ pub struct JobReport {
     /// What went to and came from the object store holding the
     /// checkpoints (`None` for a checkpoint directory).
     pub object_store: Option<TransferFigures>,
+    /// From the start of the run (restore included) to the first record
+    /// read; `None` if none was.
+    pub first_record_after: Option<Duration>,
 }
 
 /// Which completed checkpoint a run continues from (Flink's `-s`).
@@ -95,6 +100,10 @@ pub enum RestoreFrom {
     /// checkpoints are then removed, and this run numbers its own after
     /// the newest id used.
     Checkpoint(u64),
+    /// The newest completed checkpoint if the storage holds one, else a
+    /// fresh start: a shard of a consumer group taking its partition over
+    /// (see [`crate::group`]).
+    LatestIfAny,
 }
 
 enum SourceSpec<I> {
@@ -137,6 +146,7 @@ pub struct Pipeline<F: KeyedProcessFunction> {
     checkpoint_dir: Option<PathBuf>,
     restore: Option<RestoreFrom>,
     metrics_addr: Option<std::net::SocketAddr>,
+    shard: Option<Shard>,
 }
 
 impl<F> Pipeline<F>
@@ -158,6 +168,7 @@ where
             checkpoint_dir: None,
             restore: None,
             metrics_addr: None,
+            shard: None,
         }
     }
 
@@ -254,6 +265,16 @@ where
     /// Serve Prometheus metrics on `addr`.
     pub fn metrics_addr(mut self, addr: Option<std::net::SocketAddr>) -> Self {
         self.metrics_addr = addr;
+        self
+    }
+
+    /// Runs the pipeline as shard `shard` of a consumer group (see
+    /// [`crate::group`]): it reads only the shard's partition, asks the
+    /// shard's fence before each checkpoint goes out, ends with a final
+    /// checkpoint when released, and leaves progress and metrics to the
+    /// group.
+    pub(crate) fn shard(mut self, shard: Shard) -> Self {
+        self.shard = Some(shard);
         self
     }
 
@@ -418,6 +439,9 @@ where
         if let Some(url) = &parts.remote {
             storage = storage.with_remote(Remote::connect(url)?);
         }
+        if let Some(shard) = &self.shard {
+            storage = storage.with_fence(shard.fence.clone());
+        }
         let _output_lock = match parts.output.dir() {
             Some(dir) => Some(lock_dir(dir, "output directory")?),
             None => None,
@@ -434,6 +458,7 @@ where
                 &self.name,
                 restored.as_ref(),
                 &storage,
+                self.shard.as_ref(),
             )
         })?;
         let local = LocalDir::claim(
@@ -467,6 +492,9 @@ where
             done_rx,
             cold.as_ref().map(|c| c.tier.clone()),
         );
+        if let Some(shard) = &self.shard {
+            w.progress = shard.progress.clone();
+        }
         let to_sinks = w.spawn_sinks::<F::Out>(par, sink_par)?;
         let mut to_ops = Vec::new();
         let mut stores = Vec::new();
@@ -516,6 +544,7 @@ where
             progress.clone(),
             stores.clone(),
             std::mem::take(&mut w.clocks),
+            self.shard.is_none(),
         ));
         let outcome = tokio::select! {
             outcome = join_all(&mut w.tasks) => outcome,
@@ -548,6 +577,10 @@ where
             tiers,
             l3: cold.map(|c| c.tier.stats()),
             object_store: remote_storage.remote().map(Remote::transfers),
+            first_record_after: progress
+                .first_record
+                .get()
+                .map(|at| at.duration_since(started)),
         })
     }
 }
@@ -590,7 +623,7 @@ impl RestoreFrom {
     /// "the latest checkpoint" or "checkpoint N", for messages.
     pub(crate) fn describe(self) -> String {
         match self {
-            RestoreFrom::Latest => "the latest checkpoint".into(),
+            RestoreFrom::Latest | RestoreFrom::LatestIfAny => "the latest checkpoint".into(),
             RestoreFrom::Checkpoint(id) => format!("checkpoint {id}"),
         }
     }
@@ -623,6 +656,7 @@ fn open_source<I>(
     job: &str,
     restored: Option<&CheckpointMetadata>,
     storage: &CheckpointStorage,
+    shard: Option<&Shard>,
 ) -> Result<Input<I>> {
     let (schema, parse) = match &parts.spec {
         SourceSpec::Rows { schema, parse, .. } => (schema.clone(), parse.clone()),
@@ -641,7 +675,7 @@ fn open_source<I>(
         }
     }
     let kind = match (&parts.input, &parts.spec) {
-        (CheckedInput::Kafka(e), _) => open_kafka(e, config, job, restored, &schema)?,
+        (CheckedInput::Kafka(e), _) => open_kafka(e, config, job, restored, &schema, shard)?,
         (CheckedInput::File(path, format), _) => {
             let position = restored.map_or(Position::default(), |m| m.source.position);
             let mut source =
@@ -726,8 +760,10 @@ fn open_kafka<I>(
     job: &str,
     restored: Option<&CheckpointMetadata>,
     schema: &Schema,
+    shard: Option<&Shard>,
 ) -> Result<InputKind<I>> {
-    let options = targets::source_options(e, job, config)?;
+    let mut options = targets::source_options(e, job, config)?;
+    options.partitions = shard.map(|s| vec![s.partition]);
     let offsets: Option<Vec<_>> = restored.map(|m| {
         m.source
             .partitions
@@ -745,9 +781,10 @@ fn open_kafka<I>(
         record_time: config.kafka.record_time,
         max_bytes: config.kafka.max_message_bytes as usize,
     };
-    Ok(InputKind::Kafka(Box::new(KafkaInput::new(
-        source,
-        schema.clone(),
-        decoding,
-    ))))
+    if let (Some(shard), Some(&[end])) = (shard, source.end_offsets()) {
+        shard.control.set_end(end);
+    }
+    let mut input = KafkaInput::new(source, schema.clone(), decoding);
+    input.shard = shard.map(|s| s.control.clone());
+    Ok(InputKind::Kafka(Box::new(input)))
 }

@@ -212,8 +212,9 @@ where
             return Ok(fresh);
         };
         let meta = match from {
-            RestoreFrom::Latest => match completed.last() {
+            RestoreFrom::Latest | RestoreFrom::LatestIfAny => match completed.last() {
                 Some(m) => m.clone(),
+                None if from == RestoreFrom::LatestIfAny => return Ok(fresh),
                 None => {
                     // Killed before its first checkpoint: nothing was
                     // committed, so the run starts over (the sinks delete
@@ -285,6 +286,7 @@ where
                 stored => Ok(stored),
             },
             Some(RestoreFrom::Checkpoint(id)) => storage.fetch(Some(id)),
+            Some(RestoreFrom::LatestIfAny) => storage.fetch(None),
         }
     }
 

@@ -206,6 +206,7 @@ pub(crate) fn source_options(
     Ok(KafkaSourceOptions {
         brokers: e.brokers.clone(),
         topics: e.topics.clone(),
+        partitions: None,
         group: e
             .param("group")
             .map_or_else(|| format!("strata-{job}"), String::from),

@@ -270,18 +270,22 @@ fn open_store(
     Ok(builder.open()?)
 }
 
-/// Resolves when the process receives SIGINT or SIGTERM, naming it.
-pub(super) async fn shutdown_signal() -> &'static str {
+/// Listens for SIGINT and SIGTERM from the call on (inside a tokio
+/// runtime); the future resolves with the first, naming it.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = &'static str> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
+    let signals = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = signals else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
     }
 }
 

@@ -7,8 +7,10 @@
 
 use crate::checkpoint::{PartitionSnapshot, SourceSnapshot};
 use crate::error::Result;
+use crate::group::ShardControl;
 use crate::pipeline::{GenerateFn, ParseFn};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 use strata_connectors::kafka::{Fetched, KafkaSource, PartitionOffset, Polled};
 use strata_connectors::{json_row, FileSource, Position, RecordError, RowResult, Schema};
@@ -109,6 +111,10 @@ pub(crate) struct KafkaInput {
     pub(crate) read: u64,
     /// Bounded mode: messages to read in this run (0: unbounded).
     pub(crate) total: u64,
+    /// A shard of a consumer group: released or lost by the process that
+    /// runs it. Its offsets go to the group with each checkpoint's fence,
+    /// not from here.
+    pub(crate) shard: Option<Arc<ShardControl>>,
 }
 
 impl KafkaInput {
@@ -128,6 +134,7 @@ impl KafkaInput {
             decoding,
             pending: BTreeMap::new(),
             read: 0,
+            shard: None,
         }
     }
 
@@ -163,6 +170,12 @@ impl<I> Input<I> {
             InputKind::Kafka(k) => k.source.partitions().len(),
             InputKind::File { .. } | InputKind::Generator(_) => 1,
         }
+    }
+
+    /// Whether the input ended because its shard was released (then its
+    /// event time did not end: no final watermark).
+    pub(crate) fn released(&self) -> bool {
+        self.kafka().is_some_and(|k| k.released().unwrap_or(false))
     }
 
     /// The Kafka input, if the input is Kafka.
@@ -226,6 +239,7 @@ impl<I> Input<I> {
                 }
                 (n > 0).then_some(n)
             }
+            InputKind::Kafka(k) if k.released()? => None,
             InputKind::Kafka(k) => match k.source.poll(Duration::from_millis(100))? {
                 Polled::Records(batch) => {
                     let n = batch.len();
@@ -350,9 +364,12 @@ impl<I> Input<I> {
     /// forgets older ones).
     pub(crate) fn completed(&mut self, id: u64) {
         if let InputKind::Kafka(k) = &mut self.kind {
+            let commit = k.shard.is_none();
             let done: Vec<u64> = k.pending.range(..=id).map(|(i, _)| *i).collect();
             if let Some(offsets) = done.last().and_then(|i| k.pending.remove(i)) {
-                k.source.commit(offsets);
+                if commit {
+                    k.source.commit(offsets);
+                }
             }
             for i in done {
                 k.pending.remove(&i);
@@ -362,6 +379,11 @@ impl<I> Input<I> {
 }
 
 impl KafkaInput {
+    /// Whether its shard was released; errs once it was lost.
+    fn released(&self) -> Result<bool> {
+        self.shard.as_ref().map_or(Ok(false), |s| s.released())
+    }
+
     /// Each partition's next offset, remembered for checkpoint `id`'s commit.
     fn snapshot(&mut self, max_ts: &[i64], newest: i64, id: u64) -> SourceSnapshot {
         let mut partitions = Vec::new();

@@ -134,7 +134,10 @@ impl<I: Send + 'static> SourceTask<I> {
             }
         }
         self.flush(&mut routing).await?;
-        self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
+        if !self.source.released() {
+            // The input ended, and with it event time: every timer fires.
+            self.out.broadcast(|| Message::Watermark(i64::MAX)).await?;
+        }
         self.acks
             .send(Ack::SourceFinished)
             .await

@@ -1,0 +1,208 @@
+//! `strata run … --input kafka://…/topic?group=G`: one process of a job
+//! whose shards a consumer group divides (see [`crate::group`]). Checks the
+//! command line, then runs each shard it is given as a pipeline of the
+//! job with the shard's own checkpoint location, `transactional.id` and
+//! share of the memory budgets.
+
+use super::{GroupReport, GroupSettings, RunShard, Shard, ShardEnd};
+use crate::checkpoint::remote;
+use crate::cli::{PipelineRun, RunArgs};
+use crate::config::JobConfig;
+use crate::error::{Result, RuntimeError};
+use crate::function::KeyedProcessFunction;
+use crate::pipeline::{JobReport, Pipeline, RestoreFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use strata_connectors::kafka::{GroupOptions, KafkaEndpoint};
+
+/// The consumer group `--input` names (`?group=G`), if any.
+///
+/// Errors: a malformed `kafka://` address.
+pub(crate) fn group_of(input: &std::ffi::OsStr) -> Result<Option<String>> {
+    let Some(uri) = input.to_str().filter(|t| KafkaEndpoint::is_kafka(t)) else {
+        return Ok(None);
+    };
+    Ok(KafkaEndpoint::parse(uri)?.param("group").map(String::from))
+}
+
+/// Runs this process's part of the job in group `group`.
+///
+/// Errors: a command line a group cannot run (a directory output, no
+/// checkpoint location, `--restore`, several topics); then as
+/// [`super::run`].
+pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
+    let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
+    let input = args.input.to_string_lossy().into_owned();
+    let endpoint = KafkaEndpoint::parse(&input)?;
+    let [topic] = &endpoint.topics[..] else {
+        return Err(RuntimeError::Usage(format!(
+            "--input {input}: a consumer group (group={group}) divides the partitions of one topic; name one"
+        )));
+    };
+    let output = args.output.to_string_lossy().into_owned();
+    if !KafkaEndpoint::is_kafka(&output) {
+        return Err(RuntimeError::Usage(format!(
+            "--output {output}: a job run by a consumer group writes to a Kafka topic (each shard through its own transactional producer); a directory cannot be shared by its processes"
+        )));
+    }
+    if args.restore.is_some() {
+        return Err(RuntimeError::Usage(
+            "--restore does not apply to a consumer group: each shard continues from its own latest checkpoint when this process is given its partition".into(),
+        ));
+    }
+    let Some(checkpoint_dir) = args.checkpoint_dir.clone() else {
+        return Err(RuntimeError::Usage(
+            "a consumer group needs --checkpoint-dir: an object store (s3://bucket/prefix) every process reaches, or a directory they share".into(),
+        ));
+    };
+    if remote::is_remote(&checkpoint_dir) && config.checkpoint_local_copy.is_none() {
+        return Err(RuntimeError::Usage(
+            "checkpoints in an object store need a local copy: set -D checkpoint.local-copy=<dir> (one per process on a machine)".into(),
+        ));
+    }
+    if let Some(addr) = args.metrics_addr {
+        serve_metrics(addr)?;
+    }
+    let settings = GroupSettings {
+        options: GroupOptions {
+            brokers: endpoint.brokers.clone(),
+            topic: topic.clone(),
+            group,
+            properties: config.kafka.source_properties.clone(),
+        },
+        bounded: config.kafka.bounded,
+    };
+    let partitions = strata_connectors::kafka::partition_count(&endpoint.brokers, topic)?;
+    let template = ShardTemplate {
+        job: args.job,
+        input: args.input,
+        output: args.output,
+        checkpoint_dir,
+        config: shard_config(config, args.job.states().0, &output, partitions)?,
+    };
+    let run_shard: RunShard = Arc::new(move |shard| template.run(shard));
+    super::run(&settings, run_shard)
+}
+
+/// The configuration every shard runs with: one keyed instance and one
+/// sink (the shards are the parallelism), keys checked against the
+/// message keys, and the memory budgets divided by the topic's partitions
+/// (so a process that owns them all stays within them).
+fn shard_config(
+    mut config: JobConfig,
+    job: &str,
+    output: &str,
+    partitions: usize,
+) -> Result<JobConfig> {
+    let n = partitions.max(1) as u64;
+    config.parallelism = 1;
+    config.sink_parallelism = Some(1);
+    config.kafka.require_key = true;
+    config.l1_capacity = (config.l1_capacity / n).max(1 << 20);
+    config.l2_memory = (config.l2_memory / n).max(8 << 20);
+    if config.kafka.transactional_id_prefix.is_none() {
+        let out = KafkaEndpoint::parse(output)?;
+        config.kafka.transactional_id_prefix = Some(format!("strata-{job}-{}", out.topics[0]));
+    }
+    Ok(config)
+}
+
+/// What every shard's pipeline shares; [`ShardTemplate::run`] makes one
+/// shard's.
+struct ShardTemplate {
+    job: crate::cli::Job,
+    input: std::ffi::OsString,
+    output: std::ffi::OsString,
+    checkpoint_dir: PathBuf,
+    config: JobConfig,
+}
+
+impl ShardTemplate {
+    fn run(&self, shard: Shard) -> Result<JobReport> {
+        let p = shard.partition;
+        let mut config = self.config.clone();
+        let name = format!("p-{p}");
+        config.checkpoint_local_copy = config.checkpoint_local_copy.map(|d| d.join(&name));
+        config.local_dir = config.local_dir.map(|d| d.join(&name));
+        config.kafka.transactional_id_prefix = config
+            .kafka
+            .transactional_id_prefix
+            .map(|prefix| format!("{prefix}-p{p}"));
+        let run = ShardRun {
+            output: self.output.clone(),
+            checkpoint_dir: shard_location(&self.checkpoint_dir, &name),
+            shard,
+        };
+        self.job.pipeline(config, &self.input, run)
+    }
+}
+
+/// `<dir>/p-<N>`, also for an `s3://` prefix.
+fn shard_location(dir: &Path, name: &str) -> PathBuf {
+    let text = dir.to_string_lossy();
+    PathBuf::from(format!("{}/{name}", text.trim_end_matches('/')))
+}
+
+/// One shard's run: its sink, checkpoint location and restore policy.
+struct ShardRun {
+    output: std::ffi::OsString,
+    checkpoint_dir: PathBuf,
+    shard: Shard,
+}
+
+impl PipelineRun for ShardRun {
+    fn run<F>(self, pipeline: Pipeline<F>) -> Result<JobReport>
+    where
+        F: KeyedProcessFunction,
+        F::Out: serde::Serialize,
+    {
+        pipeline
+            .jsonl_sink(&self.output)
+            .checkpoint_dir(self.checkpoint_dir)
+            .restore(Some(RestoreFrom::LatestIfAny))
+            .shard(self.shard)
+            .run()
+    }
+}
+
+/// Serves Prometheus metrics for the whole process (its shards' and the
+/// group's), on a runtime of its own.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RuntimeError::io(Path::new("tokio runtime")))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let _ = tx.send(crate::metrics::serve(addr));
+                std::future::pending::<()>().await
+            })
+        })
+        .map_err(|e| RuntimeError::Function(format!("start the metrics thread: {e}")))?;
+    rx.recv()
+        .map_err(|_| RuntimeError::Function("the metrics thread ended".into()))?
+}
+
+/// The end-of-run line of a process of a group (parsed by tests).
+pub(crate) fn summary(r: &GroupReport) -> String {
+    let count = |end| r.shards.iter().filter(|s| s.end == end).count();
+    let reports = || r.shards.iter().filter_map(|s| s.report.as_ref());
+    let records_in: u64 = reports().map(|j| j.records_in).sum();
+    let records_out: u64 = reports().map(|j| j.records_out).sum();
+    let down: u64 = reports()
+        .filter_map(|j| j.object_store.as_ref())
+        .map(|t| t.bytes_down)
+        .sum();
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    format!(
+        "strata: left the group. shards={} finished={} released={} lost={} records_in={records_in} records_out={records_out} elapsed_s={secs:.2} records_per_s={:.0} object_store_bytes_down={down}",
+        r.shards.len(),
+        count(ShardEnd::Finished),
+        count(ShardEnd::Released),
+        count(ShardEnd::Lost),
+        records_in as f64 / secs,
+    )
+}

@@ -1,0 +1,372 @@
+//! One job run by several `strata` processes through a Kafka consumer
+//! group (`--input kafka://…/topic?group=G`), against the real Kafka and
+//! the real S3 server: the committed output equals the batch computation
+//! while partitions move (a process joins, one is SIGKILLed), a process
+//! stopped past its session (SIGSTOP) is fenced when it wakes, and a moved
+//! shard downloads only its own checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use strata_tests::kafka::*;
+use strata_tests::s3::*;
+use strata_tests::*;
+
+/// One process of the group, its stderr in a file.
+struct Member {
+    child: Child,
+    log: PathBuf,
+}
+
+/// What every member of a test's group shares.
+struct Job<'a> {
+    input: String,
+    output: String,
+    group: String,
+    prefix: &'a Prefix,
+    dir: &'a Path,
+    /// Records per second per shard (so partitions move mid-run).
+    rate: u32,
+}
+
+impl Job<'_> {
+    fn start(&self, name: &str) -> Member {
+        let log = self.dir.join(format!("{name}.log"));
+        let mut cmd = Command::new(strata_bin());
+        with_s3_env(&mut cmd)
+            .args(["run", "route-history", "--input"])
+            .arg(format!("{}?group={}", uri(&self.input), self.group))
+            .args([
+                "--output",
+                &uri(&self.output),
+                "--checkpoint-dir",
+                &self.prefix.url,
+            ])
+            .arg("-D")
+            .arg(format!(
+                "checkpoint.local-copy={}",
+                self.dir.join(name).display()
+            ))
+            .args(["-D", "source.kafka.bounded=true"])
+            .args(["-D", "checkpoint.interval=1s"])
+            .args(["-D", "checkpoint.retained=100"])
+            .args(["-D", "source.kafka.session.timeout.ms=6000"])
+            .arg("-D")
+            .arg(format!("source.max-records-per-second={}", self.rate))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        Member {
+            child: cmd.spawn().unwrap(),
+            log,
+        }
+    }
+}
+
+impl Member {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits up to `limit` for `cond` on the log so far.
+    fn wait_for(&self, what: &str, limit: Duration, cond: impl Fn(&str) -> bool) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if cond(&self.log()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{what} did not happen within {limit:?}:\n{}", self.log());
+    }
+
+    /// Partitions assignments in the log that gave it at least one.
+    fn assignments(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("assigned partitions [") && !l.ends_with("[]"))
+            .count()
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {signal}");
+    }
+
+    /// Waits for the process to end (up to `limit`); its log.
+    fn finish(mut self, limit: Duration) -> String {
+        let start = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("still running after {limit:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let status = self.child.wait().unwrap();
+        let log = self.log();
+        assert!(status.success(), "{status}:\n{log}");
+        log
+    }
+}
+
+/// The partition lines of `strata jobs status` for the job's group.
+fn status(job: &Job) -> Vec<String> {
+    let o = strata(&[
+        "jobs",
+        "status",
+        "--brokers",
+        &brokers(),
+        "--group",
+        &job.group,
+        "--topic",
+        &job.input,
+    ]);
+    assert!(o.status.success(), "jobs status: {}", error_line(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .skip(2)
+        .map(String::from)
+        .collect()
+}
+
+/// The end-of-run figures of a member's log.
+fn group_summary(log: &str) -> std::collections::HashMap<String, String> {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("strata: left the group."))
+        .unwrap_or_else(|| panic!("no summary line:\n{log}"));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn check_exact(topic: &str, want: &[Line], what: &str) {
+    let got = read_route_history(topic);
+    if let Some(diff) = first_difference(&got, want) {
+        panic!("{what}: the committed output differs: {diff}");
+    }
+}
+
+fn job<'a>(tag: &str, prefix: &'a Prefix, dir: &'a Path, rate: u32) -> Job<'a> {
+    Job {
+        input: unique_topic(&format!("{tag}-in")),
+        output: unique_topic(&format!("{tag}-out")),
+        group: unique_topic(&format!("{tag}-group")),
+        prefix,
+        dir,
+        rate,
+    }
+}
+
+#[test]
+fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
+    require_kafka();
+    require_s3();
+    let head = flights_head(600_000);
+    let (prefix, dir) = (Prefix::unique("group"), tempfile::tempdir().unwrap());
+    let job = job("g", &prefix, dir.path(), 2_000);
+    load_flights(&head, &job.input, 8);
+    let a = job.start("a");
+    let b = job.start("b");
+    for m in [&a, &b] {
+        m.wait_for("an assignment", Duration::from_secs(60), |_| {
+            m.assignments() > 0
+        });
+    }
+    // A third process joins: some partitions move to it.
+    std::thread::sleep(Duration::from_secs(3));
+    let c = job.start("c");
+    c.wait_for("the joiner's assignment", Duration::from_secs(60), |_| {
+        c.assignments() > 0
+    });
+    // `strata jobs status` shows every partition owned, by several processes.
+    let start = Instant::now();
+    loop {
+        let lines = status(&job);
+        let owners: std::collections::HashSet<&str> = lines
+            .iter()
+            .map(|l| l.split_whitespace().nth(1).unwrap())
+            .collect();
+        if lines.len() == 8 && !owners.contains("(none)") && owners.len() >= 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "jobs status never showed 8 owned partitions:\n{}",
+            lines.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // One of the first two dies: its partitions move again.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let limit = Duration::from_secs(300);
+    let (a_log, c_log) = (a.finish(limit), c.finish(limit));
+    check_exact(
+        &job.output,
+        &reference_route_history(&head),
+        "a join and a SIGKILL",
+    );
+    // Every shard ended at its partition's end: no lag left.
+    for line in status(&job) {
+        assert!(
+            line.contains("(ended)") && line.ends_with(" 0"),
+            "not ended: {line}"
+        );
+    }
+    let (sa, sc) = (group_summary(&a_log), group_summary(&c_log));
+    assert!(sc["shards"] != "0", "the joiner ran no shard:\n{c_log}");
+    assert_eq!(
+        (sa["lost"].as_str(), sc["lost"].as_str()),
+        ("0", "0"),
+        "{a_log}\n{c_log}"
+    );
+    let released: u32 = sa["released"].parse::<u32>().unwrap();
+    assert!(
+        released > 0 || b.log().contains("released"),
+        "the join moved no partition:\n{a_log}\n{}",
+        b.log()
+    );
+    // Moved shards were restored from S3, each from its own files.
+    check_downloads(&prefix, &a_log, false);
+    let joiner = check_downloads(&prefix, &c_log, true);
+    assert!(
+        joiner > 0,
+        "the joiner restored no shard from the store:\n{c_log}"
+    );
+}
+
+/// Every download of a shard's checkpoint fetched that checkpoint's files
+/// and no other checkpoint's or shard's: besides the staged output and
+/// markers (`_*`, named in the line), at most the state bytes the
+/// checkpoint lists plus its private files; for a process that never held
+/// the shard (`fresh`), at least the state bytes. Returns the downloads.
+fn check_downloads(prefix: &Prefix, log: &str, fresh: bool) -> usize {
+    let sizes = prefix.sizes();
+    let total: u64 = sizes.iter().map(|(_, s)| s).sum();
+    let mut seen = std::collections::HashSet::new();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("strata: fetched checkpoint ") else {
+            continue;
+        };
+        // "<id> from <url>/p-<n>: <files> files, <bytes> bytes (<other> of them …"
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let id: u64 = words[0].parse().unwrap();
+        let shard = words[2].trim_end_matches(':').rsplit('/').next().unwrap();
+        let bytes: u64 = words[5].parse().unwrap();
+        let other: u64 = words[7].trim_start_matches('(').parse().unwrap();
+        let listed = checkpoints(&format!("{}/{shard}", prefix.url));
+        let state = listed
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("{shard} lacks checkpoint {id}: {listed:?}"))
+            .state;
+        let private: u64 = sizes
+            .iter()
+            .filter(|(name, _)| name.starts_with(&format!("{shard}/chk-{id}/")))
+            .map(|(_, s)| s)
+            .sum();
+        let own = bytes - other;
+        assert!(
+            own <= state + private,
+            "{line}: {own} bytes besides staged output, but checkpoint {id} of {shard} lists {state} (+ {private} private): it fetched other files"
+        );
+        if fresh && seen.insert(shard.to_owned()) {
+            assert!(
+                own >= state,
+                "{line}: less than the {state} state bytes it lists"
+            );
+        }
+        assert!(
+            bytes < total / 2,
+            "{line}: {bytes} of the store's {total} bytes"
+        );
+    }
+    seen.len()
+}
+
+#[test]
+fn a_process_stopped_past_its_session_is_fenced_when_it_wakes() {
+    require_kafka();
+    require_s3();
+    let head = flights_head(400_000);
+    let (prefix, dir) = (Prefix::unique("zombie"), tempfile::tempdir().unwrap());
+    let job = job("z", &prefix, dir.path(), 2_000);
+    load_flights(&head, &job.input, 4);
+    let a = job.start("a");
+    a.wait_for("an assignment", Duration::from_secs(60), |_| {
+        a.assignments() > 0
+    });
+    let b = job.start("b");
+    b.wait_for("an assignment", Duration::from_secs(60), |_| {
+        b.assignments() > 0
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    // A stops past its session: the group gives its partitions to B,
+    // which restores them from A's checkpoints and fences A's producers.
+    a.signal("-STOP");
+    let before = b.assignments();
+    b.wait_for("the takeover", Duration::from_secs(60), |_| {
+        b.assignments() > before
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    a.signal("-CONT");
+    let limit = Duration::from_secs(300);
+    let (a_log, b_log) = (a.finish(limit), b.finish(limit));
+    assert!(
+        a_log.contains("lost (this process was out of the group)")
+            || a_log.contains("was given to another process"),
+        "the woken process did not notice it lost its shards:\n{a_log}"
+    );
+    check_exact(
+        &job.output,
+        &reference_route_history(&head),
+        "a zombie woke up",
+    );
+    assert_eq!(group_summary(&b_log)["lost"], "0", "{b_log}");
+}
+
+#[test]
+fn a_group_refuses_a_directory_output_and_a_restore() {
+    let o = strata(&[
+        "run",
+        "route-history",
+        "--input",
+        "kafka://127.0.0.1:9092/flights?group=g",
+        "--output",
+        "out-dir",
+        "--checkpoint-dir",
+        "chk",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", error_line(&o));
+    assert!(
+        error_line(&o).contains("writes to a Kafka topic"),
+        "{}",
+        error_line(&o)
+    );
+    let o = strata(&[
+        "run",
+        "route-history",
+        "--input",
+        "kafka://127.0.0.1:9092/flights?group=g",
+        "--output",
+        "kafka://127.0.0.1:9092/out",
+        "--checkpoint-dir",
+        "chk",
+        "--restore",
+        "latest",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", error_line(&o));
+    assert!(
+        error_line(&o).contains("--restore does not apply"),
+        "{}",
+        error_line(&o)
+    );
+}
