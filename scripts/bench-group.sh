@@ -9,7 +9,8 @@
 #      over, its download (bytes, seconds) and the time from its assignment
 #      to its first record.
 # Needs Kafka and the S3 server running (scripts/kafka.sh start,
-# scripts/s3.sh start) and a release build.
+# scripts/s3.sh start) and a release build. `scripts/bench-group.sh join`
+# runs only the join, `throughput` only the first part.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$STRATA_ROOT"
@@ -45,8 +46,12 @@ throughput() {
     'BEGIN { printf "%d process(es): 3000000 records in %.1f s = %.0f records/s\n", n, e - s, 3000000 / (e - s) }'
 }
 
-throughput 1
-throughput 2
+what="${1:-all}"
+if [ "$what" != join ]; then
+  throughput 1
+  throughput 2
+fi
+[ "$what" = throughput ] && exit 0
 
 # The join.
 rate=4000
@@ -57,7 +62,7 @@ sample() { # per-partition records read by A, one line per second: "t p0 p1 …"
     body=$(curl -s 127.0.0.1:9261/metrics || true)
     printf '%s' "$t"
     for p in $(seq 0 7); do
-      v=$(grep "^strata_shard_records_in_total{partition=\"$p\"}" <<<"$body" | awk '{print $2}')
+      v=$(grep "^strata_shard_records_in_total{partition=\"$p\"}" <<<"$body" | awk '{print $2}' || true)
       printf ' %s' "${v:-0}"
     done
     echo
@@ -72,7 +77,7 @@ b=$!
 wait "$sampler"
 kill -TERM "$a" "$b" 2>/dev/null || true
 wait "$a" "$b" 2>/dev/null || true
-kept=$(grep -h 'revoked' "$work/join-a.log" | head -1 | sed 's/.*partitions \[\(.*\)\].*/\1/' | tr -d ' ')
+kept=$(grep -h 'revoked' "$work/join-a.log" | head -1 | sed 's/.*partitions \[\(.*\)\].*/\1/' | tr -d ' ' || true)
 echo "join at t=20 s; A's partitions revoked for B: [$kept]; A keeps the others"
 echo "records/s of each partition A keeps, per second (rate limit $rate):"
 awk -v kept="$kept" 'BEGIN { n = split(kept, k, ","); for (i = 1; i <= n; i++) moved[k[i]] = 1 }
@@ -80,4 +85,4 @@ awk -v kept="$kept" 'BEGIN { n = split(kept, k, ","); for (i = 1; i <= n; i++) m
              line = line sprintf("  p%d %5d", p, $(p + 2) - prev[p]); print line }
   { for (p = 0; p < 8; p++) prev[p] = $(p + 2) }' "$work/samples" | sed -n '15,32p'
 echo "shards B took over:"
-grep -h 'fetched checkpoint\|first record' "$work/join-b.log"
+grep -h 'fetched checkpoint\|first record' "$work/join-b.log" || true

@@ -68,6 +68,10 @@ pub enum StateError {
     /// The cold tier (L3) failed.
     #[error("L3 error: {0}")]
     L3(String),
+    /// A newer run of the job owns its L3 lineage: this one is a zombie
+    /// and must stop without writing (see `l3::fence`).
+    #[error("L3 error: {0}")]
+    Fenced(String),
     /// A file of a snapshot could not be read, written or linked.
     #[error("snapshot file {path}: {source}")]
     SnapshotIo {

@@ -2,12 +2,14 @@
 //! group (`--input kafka://…/topic?group=G`), against the real Kafka and
 //! the real S3 server: the committed output equals the batch computation
 //! while partitions move (a process joins, one is SIGKILLed), a process
-//! stopped past its session (SIGSTOP) is fenced when it wakes, and a moved
-//! shard downloads only its own checkpoint.
+//! stopped past its session (SIGSTOP) is fenced when it wakes (with cold
+//! state in the real Cassandra, one table per shard), and a moved shard
+//! downloads only its own checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
 use strata_tests::kafka::*;
 use strata_tests::s3::*;
 use strata_tests::*;
@@ -27,6 +29,8 @@ struct Job<'a> {
     dir: &'a Path,
     /// Records per second per shard (so partitions move mid-run).
     rate: u32,
+    /// More `-D` settings.
+    extra: Vec<String>,
 }
 
 impl Job<'_> {
@@ -53,6 +57,7 @@ impl Job<'_> {
             .args(["-D", "source.kafka.session.timeout.ms=6000"])
             .arg("-D")
             .arg(format!("source.max-records-per-second={}", self.rate))
+            .args(self.extra.iter().flat_map(|d| ["-D", d.as_str()]))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         Member {
@@ -160,6 +165,7 @@ fn job<'a>(tag: &str, prefix: &'a Prefix, dir: &'a Path, rate: u32) -> Job<'a> {
         prefix,
         dir,
         rate,
+        extra: Vec::new(),
     }
 }
 
@@ -296,9 +302,19 @@ fn check_downloads(prefix: &Prefix, log: &str, fresh: bool) -> usize {
 fn a_process_stopped_past_its_session_is_fenced_when_it_wakes() {
     require_kafka();
     require_s3();
+    let cql = Cql::connect();
     let head = flights_head(400_000);
     let (prefix, dir) = (Prefix::unique("zombie"), tempfile::tempdir().unwrap());
-    let job = job("z", &prefix, dir.path(), 2_000);
+    let keyspace = unique_keyspace("zombie");
+    let mut job = job("z", &prefix, dir.path(), 2_000);
+    // Cold state in L3: 1 MB of L1 and L2 per shard, so most routes live in
+    // Cassandra and a moved shard reads them from there on first use.
+    job.extra = vec![
+        "state.l1.capacity=1MB".into(),
+        "state.l2.capacity=1MB".into(),
+        format!("state.l3.contact-points={}", contact_point()),
+        format!("state.l3.keyspace={keyspace}"),
+    ];
     load_flights(&head, &job.input, 4);
     let a = job.start("a");
     a.wait_for("an assignment", Duration::from_secs(60), |_| {
@@ -331,6 +347,15 @@ fn a_process_stopped_past_its_session_is_fenced_when_it_wakes() {
         "a zombie woke up",
     );
     assert_eq!(group_summary(&b_log)["lost"], "0", "{b_log}");
+    // Each shard keeps its cold keys in its own table.
+    for p in 0..4 {
+        let keys = cql
+            .query(&format!(
+                "SELECT DISTINCT state, key FROM {keyspace}.state_p{p}"
+            ))
+            .len();
+        assert!(keys > 0, "shard {p} moved no key to L3");
+    }
 }
 
 #[test]

@@ -113,7 +113,7 @@ impl Fence {
     }
 
     fn zombie(&self, theirs: Option<i64>, ours: u64) -> StateError {
-        StateError::L3(format!(
+        StateError::Fenced(format!(
             "fenced: a newer run of this job already moved checkpoint {} to L3 ({}), \
              but this run is at checkpoint {ours}: it was restored from an older checkpoint, \
              or a newer run replaced it (a zombie); stop it, or restore the latest checkpoint",

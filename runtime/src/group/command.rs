@@ -60,6 +60,11 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
             "checkpoints in an object store need a local copy: set -D checkpoint.local-copy=<dir> (one per process on a machine)".into(),
         ));
     }
+    if config.l3.migration.is_some() {
+        return Err(RuntimeError::Usage(
+            "migration mode (state.l3.migration.*) cannot run in a consumer group yet: the old job's table would be shared by every shard".into(),
+        ));
+    }
     if let Some(addr) = args.metrics_addr {
         serve_metrics(addr)?;
     }
@@ -87,7 +92,9 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
 /// The configuration every shard runs with: one keyed instance and one
 /// sink (the shards are the parallelism), keys checked against the
 /// message keys, and the memory budgets divided by the topic's partitions
-/// (so a process that owns them all stays within them).
+/// (so a process that owns them all stays within them). Each shard then
+/// gets its own local copy, `transactional.id` and L3 table
+/// (`<state.l3.table>_p<N>`).
 fn shard_config(
     mut config: JobConfig,
     job: &str,
@@ -128,6 +135,9 @@ impl ShardTemplate {
             .kafka
             .transactional_id_prefix
             .map(|prefix| format!("{prefix}-p{p}"));
+        // One L3 table per shard: a table belongs to one lineage (its
+        // fence), and a shard is one.
+        config.l3.table = format!("{}_p{p}", config.l3.table);
         let run = ShardRun {
             output: self.output.clone(),
             checkpoint_dir: shard_location(&self.checkpoint_dir, &name),

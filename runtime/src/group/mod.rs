@@ -198,7 +198,15 @@ impl Shards {
         };
         let state = if lost { ABANDON } else { RELEASE };
         r.control.state.store(state, Ordering::Release);
-        let result = join(r.thread, p);
+        let result = match (join(r.thread, p), lost) {
+            (Err(e @ RuntimeError::ShardLost { .. }), _) => Err(e),
+            // Whatever a lost shard failed on, its new owner goes on.
+            (Err(e), true) => Err(RuntimeError::ShardLost {
+                partition: p,
+                reason: e.to_string(),
+            }),
+            (result, _) => result,
+        };
         let end = match (&result, lost) {
             (Err(RuntimeError::ShardLost { .. }), _) | (_, true) => ShardEnd::Lost,
             (_, false) => ShardEnd::Released,
@@ -236,18 +244,21 @@ impl Shards {
     }
 }
 
-/// A shard's result; a fenced Kafka producer means the shard was lost (its
-/// new owner started).
+/// A shard's result; a fenced Kafka producer or L3 lineage means the shard
+/// was lost (its new owner started).
 fn join(thread: JoinHandle<Result<JobReport>>, partition: i32) -> Result<JobReport> {
+    use strata_cache::StateError;
     use strata_connectors::ConnectorError::KafkaFenced;
+    let lost = |e: &dyn std::fmt::Display| RuntimeError::ShardLost {
+        partition,
+        reason: e.to_string(),
+    };
     match thread.join() {
         Err(_) => Err(RuntimeError::Function(format!(
             "shard {partition}'s thread panicked"
         ))),
-        Ok(Err(RuntimeError::Connector(e @ KafkaFenced { .. }))) => Err(RuntimeError::ShardLost {
-            partition,
-            reason: e.to_string(),
-        }),
+        Ok(Err(RuntimeError::Connector(e @ KafkaFenced { .. }))) => Err(lost(&e)),
+        Ok(Err(RuntimeError::State(e @ StateError::Fenced(_)))) => Err(lost(&e)),
         Ok(result) => result,
     }
 }
