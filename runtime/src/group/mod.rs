@@ -292,8 +292,8 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
         member.partitions().len()
     );
     let interrupted = signal_flag()?;
+    let watcher = Watcher::start(shards.clone(), started)?;
     let mut runs = Vec::new();
-    let (mut last_log, mut last_publish) = (Instant::now(), Instant::now());
     let outcome = loop {
         if let Err(e) = member.poll(Duration::from_millis(100)) {
             break Err(e.into());
@@ -308,14 +308,6 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
         if let Some(signal) = interrupted.get() {
             break Err(RuntimeError::Left { signal });
         }
-        if last_publish.elapsed() >= Duration::from_secs(1) {
-            watch_shards(&shards);
-            last_publish = Instant::now();
-        }
-        if last_log.elapsed() >= Duration::from_secs(10) {
-            log_shards(&shards, started);
-            last_log = Instant::now();
-        }
         if settings.bounded && lock(&shards.running).is_empty() && all_ended(&member)? {
             break Ok(());
         }
@@ -326,6 +318,7 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
         shards.stop(p, true);
     }
     drop(member);
+    drop(watcher);
     outcome.map(|()| GroupReport {
         shards: runs,
         elapsed: started.elapsed(),
@@ -515,6 +508,48 @@ fn log_shards(shards: &Shards, started: Instant) {
         running.len(),
         parts.join(", ")
     );
+}
+
+/// A thread that watches the running shards every second (metrics, first
+/// records) and logs them every 10 s, also while a rebalance holds the
+/// group loop; stopped when dropped.
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn start(shards: Arc<Shards>, started: Instant) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("shard-watcher".into())
+            .spawn(move || {
+                let mut last_log = Instant::now();
+                while !stopped.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    watch_shards(&shards);
+                    if last_log.elapsed() >= Duration::from_secs(10) {
+                        log_shards(&shards, started);
+                        last_log = Instant::now();
+                    }
+                }
+            })
+            .map_err(|e| RuntimeError::Function(format!("start the shard watcher: {e}")))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Every second: publishes each running shard's metrics, and says when a

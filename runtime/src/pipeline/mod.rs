@@ -552,6 +552,14 @@ where
         };
         reporter.abort();
         outcome?;
+        // What the sinks committed after the final checkpoint (published
+        // staged epochs) leaves the object store too.
+        if remote_storage.remote().is_some() {
+            let keep = w.config.checkpoints_retained;
+            if let Err(e) = tokio::task::block_in_place(|| remote_storage.retain(keep)) {
+                eprintln!("strata: warning: retention after the final checkpoint: {e}");
+            }
+        }
         let checkpoints =
             std::mem::take(&mut *checkpoints.lock().unwrap_or_else(|p| p.into_inner()));
         let tiers = crate::progress::tier_totals(&stores);
