@@ -294,6 +294,7 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
     let interrupted = signal_flag()?;
     let watcher = Watcher::start(shards.clone(), started)?;
     let mut runs = Vec::new();
+    let mut last_end_check = Instant::now();
     let outcome = loop {
         if let Err(e) = member.poll(Duration::from_millis(100)) {
             break Err(e.into());
@@ -308,8 +309,15 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
         if let Some(signal) = interrupted.get() {
             break Err(RuntimeError::Left { signal });
         }
-        if settings.bounded && lock(&shards.running).is_empty() && all_ended(&member)? {
-            break Ok(());
+        // Bounded: asks the brokers once a second whether the topic is done.
+        if settings.bounded
+            && lock(&shards.running).is_empty()
+            && last_end_check.elapsed() >= Duration::from_secs(1)
+        {
+            last_end_check = Instant::now();
+            if all_ended(&member)? {
+                break Ok(());
+            }
         }
     };
     // Stop what still runs as a crash would: no final checkpoint.
