@@ -117,7 +117,10 @@ pub(crate) struct RunArgs {
     /// With `?group=G` (one topic) the process joins consumer group G and
     /// runs the partitions the group gives it, each as a shard with its
     /// own checkpoints in <checkpoint-dir>/p-<partition>: start the same
-    /// command on several machines to share the work.
+    /// command on several machines to share the work. A group needs a
+    /// Kafka --output, --checkpoint-dir (s3://… with -D
+    /// checkpoint.local-copy=<dir>, or a shared directory), and
+    /// -D source.kafka.bounded=true to end at the topic's end.
     #[arg(long)]
     pub(crate) input: std::ffi::OsString,
     /// Output directory (JSON-lines part files appear on checkpoint

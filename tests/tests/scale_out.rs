@@ -101,8 +101,22 @@ impl Member {
         assert!(ok, "kill {signal}");
     }
 
-    /// Waits for the process to end (up to `limit`); its log.
-    fn finish(mut self, limit: Duration) -> String {
+    /// Waits for the process to end (up to `limit`), which must fail; its log.
+    fn finish_failing(self, limit: Duration) -> String {
+        let (ok, log) = self.wait(limit);
+        assert!(!ok, "it succeeded:\n{log}");
+        log
+    }
+
+    /// Waits for the process to end (up to `limit`), which must succeed; its log.
+    fn finish(self, limit: Duration) -> String {
+        let (ok, log) = self.wait(limit);
+        assert!(ok, "{log}");
+        log
+    }
+
+    /// Waits for the process to end (up to `limit`): whether it succeeded, its log.
+    fn wait(mut self, limit: Duration) -> (bool, String) {
         let start = Instant::now();
         while self.child.try_wait().unwrap().is_none() {
             if start.elapsed() > limit {
@@ -112,9 +126,7 @@ impl Member {
             std::thread::sleep(Duration::from_millis(200));
         }
         let status = self.child.wait().unwrap();
-        let log = self.log();
-        assert!(status.success(), "{status}:\n{log}");
-        log
+        (status.success(), format!("{status}:\n{}", self.log()))
     }
 }
 
@@ -393,5 +405,61 @@ fn a_group_refuses_a_directory_output_and_a_restore() {
         error_line(&o).contains("--restore does not apply"),
         "{}",
         error_line(&o)
+    );
+}
+
+#[test]
+fn a_member_fails_clearly_on_a_topic_not_keyed_by_the_job_or_an_unreachable_store() {
+    require_kafka();
+    require_s3();
+    let (prefix, dir) = (Prefix::unique("badkey"), tempfile::tempdir().unwrap());
+    let job = job("k", &prefix, dir.path(), 100_000);
+    // Keyed by origin only: a route's flights are spread over partitions.
+    let o = strata(&[
+        "topic",
+        "load",
+        &flights_head(2_000).display().to_string(),
+        "--brokers",
+        &brokers(),
+        "--topic",
+        &job.input,
+        "--key",
+        "origin",
+        "--partitions",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", error_line(&o));
+    let log = job.start("a").finish_failing(Duration::from_secs(120));
+    assert!(
+        log.contains("is not the record's key") && log.contains("reload the topic"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("require-key=false"),
+        "a group cannot turn the check off: {log}"
+    );
+    // Without the store's settings, nothing joins the group.
+    let o = Command::new(strata_bin())
+        .args(["run", "route-history", "--input"])
+        .arg(format!("{}?group={}", uri(&job.input), job.group))
+        .args([
+            "--output",
+            &uri(&job.output),
+            "--checkpoint-dir",
+            &prefix.url,
+        ])
+        .args([
+            "-D",
+            &format!("checkpoint.local-copy={}", dir.path().join("b").display()),
+        ])
+        .env("AWS_ENDPOINT", "http://127.0.0.1:9")
+        .env("AWS_ALLOW_HTTP", "true")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("AWS_ENDPOINT"), "{err}");
+    assert!(
+        !err.contains("joined consumer group"),
+        "it joined first: {err}"
     );
 }

@@ -101,6 +101,13 @@ struct Stamp {
     modified: Option<SystemTime>,
 }
 
+/// What one listing of a prefix found (see [`Remote::listing`]).
+pub struct Listing {
+    objects: BTreeMap<String, u64>,
+    /// The completed checkpoints, oldest first.
+    pub completed: Vec<CheckpointMetadata>,
+}
+
 /// A checkpoint directory's mirror in an object store.
 #[derive(Debug)]
 pub struct Remote {
@@ -301,8 +308,19 @@ impl Remote {
     /// An unreadable `_metadata` of an older checkpoint is skipped (a newer
     /// one supersedes it); an unreadable newest one is an error.
     pub fn list(&self) -> Result<Vec<CheckpointMetadata>> {
+        Ok(self.listing()?.completed)
+    }
+
+    /// One listing of the prefix: its objects and its completed
+    /// checkpoints (as [`Remote::list`]). A restore works from one listing.
+    pub fn listing(&self) -> Result<Listing> {
         let objects = self.objects()?;
-        let ids = self.completed_ids(&objects);
+        let completed = self.completed_in(&objects)?;
+        Ok(Listing { objects, completed })
+    }
+
+    fn completed_in(&self, objects: &BTreeMap<String, u64>) -> Result<Vec<CheckpointMetadata>> {
+        let ids = self.completed_ids(objects);
         let newest = ids.last().copied();
         let mut out = Vec::new();
         for id in ids {
@@ -560,7 +578,7 @@ impl Remote {
     /// they listed. Call only while no checkpoint is in flight (at start).
     pub fn sweep(&self) -> Result<()> {
         let objects = self.objects()?;
-        let completed = self.list()?;
+        let completed = self.completed_in(&objects)?;
         let ids: HashSet<u64> = completed.iter().map(|m| m.id).collect();
         let live: HashSet<&str> = completed.iter().flat_map(super::storage::objects).collect();
         let dead = objects.into_keys().filter(|rel| match kind(rel) {
@@ -579,9 +597,9 @@ impl Remote {
     ///
     /// Errors: `id` is not in the object store, a transfer failed, the
     /// local copy cannot be written.
-    pub fn fetch(&self, root: &Path, id: u64) -> Result<()> {
-        let objects = self.objects()?;
-        self.seed(&objects);
+    pub fn fetch(&self, root: &Path, id: u64, listing: &Listing) -> Result<()> {
+        let objects = &listing.objects;
+        self.seed(objects);
         let name = metadata_name(id);
         let theirs = self.read(&name)?;
         let dir = root.join(format!("chk-{id}"));

@@ -142,7 +142,8 @@ impl CheckpointStorage {
         let Some(remote) = &self.remote else {
             return Ok(None);
         };
-        let there: Vec<u64> = remote.list()?.iter().map(|m| m.id).collect();
+        let listing = remote.listing()?;
+        let there: Vec<u64> = listing.completed.iter().map(|m| m.id).collect();
         let here: Vec<u64> = self.list()?.iter().map(|m| m.id).collect();
         let Some(target) = id.or(there.last().copied()) else {
             return match here.last() {
@@ -164,7 +165,7 @@ impl CheckpointStorage {
         }
         let gone: Vec<u64> = here.into_iter().filter(|i| !there.contains(i)).collect();
         self.forget_local(&gone)?;
-        remote.fetch(&self.root, target)?;
+        remote.fetch(&self.root, target, &listing)?;
         Ok(there.last().copied())
     }
 

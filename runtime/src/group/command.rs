@@ -65,6 +65,11 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
             "migration mode (state.l3.migration.*) cannot run in a consumer group yet: the old job's table would be shared by every shard".into(),
         ));
     }
+    if remote::is_remote(&checkpoint_dir) {
+        // Reach the store before joining: a process that cannot would take
+        // partitions from the others only to fail on them.
+        remote::Remote::connect(&checkpoint_dir.to_string_lossy())?.list()?;
+    }
     if let Some(addr) = args.metrics_addr {
         serve_metrics(addr)?;
     }

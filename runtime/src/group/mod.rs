@@ -172,32 +172,50 @@ struct Listener(Arc<Shards>);
 
 impl RebalanceListener for Listener {
     fn assigned(&self, partitions: &[i32]) {
-        eprintln!("strata: group: assigned partitions {partitions:?}");
-        lock(&self.0.assigned).extend_from_slice(partitions);
+        if !partitions.is_empty() {
+            eprintln!("strata: group: assigned partitions {partitions:?}");
+            lock(&self.0.assigned).extend_from_slice(partitions);
+        }
     }
 
     fn revoked(&self, partitions: &[i32], lost: bool) {
+        lock(&self.0.assigned).retain(|p| !partitions.contains(p));
+        self.0.stop(partitions, lost);
+    }
+}
+
+impl Shards {
+    /// Stops the shards of `partitions` that run here (released, or
+    /// abandoned when `lost`), all at once, and waits for them.
+    fn stop(&self, partitions: &[i32], lost: bool) {
+        let stopping: Vec<(i32, Running)> = {
+            let mut running = lock(&self.running);
+            partitions
+                .iter()
+                .filter_map(|p| running.remove(p).map(|r| (*p, r)))
+                .collect()
+        };
+        if stopping.is_empty() {
+            return;
+        }
+        let ids: Vec<i32> = stopping.iter().map(|(p, _)| *p).collect();
         let how = if lost {
             "lost (this process was out of the group): stopping their shards without a checkpoint"
         } else {
             "revoked: releasing their shards after a final checkpoint"
         };
-        eprintln!("strata: group: partitions {partitions:?} {how}");
-        lock(&self.0.assigned).retain(|p| !partitions.contains(p));
-        for p in partitions {
-            self.0.stop(*p, lost);
+        eprintln!("strata: group: partitions {ids:?} {how}");
+        let state = if lost { ABANDON } else { RELEASE };
+        for (_, r) in &stopping {
+            r.control.state.store(state, Ordering::Release);
+        }
+        for (p, r) in stopping {
+            self.stopped(p, r, lost);
         }
     }
-}
 
-impl Shards {
-    /// Stops shard `p` (released, or abandoned when `lost`) and waits for it.
-    fn stop(&self, p: i32, lost: bool) {
-        let Some(r) = lock(&self.running).remove(&p) else {
-            return;
-        };
-        let state = if lost { ABANDON } else { RELEASE };
-        r.control.state.store(state, Ordering::Release);
+    /// Waits for shard `p`, which was told to stop, and records how it ended.
+    fn stopped(&self, p: i32, r: Running, lost: bool) {
         let result = match (join(r.thread, p), lost) {
             (Err(e @ RuntimeError::ShardLost { .. }), _) => Err(e),
             // Whatever a lost shard failed on, its new owner goes on.
@@ -299,7 +317,16 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
         if let Err(e) = member.poll(Duration::from_millis(100)) {
             break Err(e.into());
         }
-        for p in std::mem::take(&mut *lock(&shards.assigned)) {
+        let assigned = std::mem::take(&mut *lock(&shards.assigned));
+        let done = match settings.bounded && !assigned.is_empty() {
+            true => ended(&member)?,
+            false => Vec::new(),
+        };
+        for p in assigned {
+            if done.contains(&p) {
+                eprintln!("strata: group: partition {p} has ended already (its last checkpoint read it to its end): no shard to run");
+                continue;
+            }
             start(&shards, &member, p, &run_shard, settings.bounded)?;
         }
         shards.reap();
@@ -322,9 +349,7 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
     };
     // Stop what still runs as a crash would: no final checkpoint.
     let left: Vec<i32> = lock(&shards.running).keys().copied().collect();
-    for p in left {
-        shards.stop(p, true);
-    }
+    shards.stop(&left, true);
     drop(member);
     drop(watcher);
     outcome.map(|()| GroupReport {
@@ -487,16 +512,29 @@ fn shard_summary(r: &JobReport) -> String {
     )
 }
 
-/// Bounded input: whether every partition's last committed checkpoint
-/// ended it at the end offset the partition still has.
+/// Bounded input: whether every partition has [`ended`].
 fn all_ended(member: &GroupMember) -> Result<bool> {
+    Ok(ended(member)?.len() == member.partitions().len())
+}
+
+/// Bounded input: the partitions whose last committed checkpoint ended
+/// them at the end offset they still have.
+fn ended(member: &GroupMember) -> Result<Vec<i32>> {
     let ends = member.end_offsets()?;
-    Ok(member.committed()?.iter().zip(ends).all(|(c, high)| {
-        c.metadata
-            .rsplit_once(":end@")
-            .and_then(|(_, end)| end.parse::<i64>().ok())
-            == Some(high)
-    }))
+    Ok(member
+        .committed()?
+        .iter()
+        .zip(ends)
+        .filter(|(c, high)| ended_at(&c.metadata) == Some(*high))
+        .map(|(c, _)| c.partition)
+        .collect())
+}
+
+/// The end offset a committed `strata:chk-<id>:end@<offset>` names.
+fn ended_at(metadata: &str) -> Option<i64> {
+    metadata
+        .rsplit_once(":end@")
+        .and_then(|(_, end)| end.parse().ok())
 }
 
 /// One line per 10 s: the shards running here and what they did.
@@ -510,6 +548,13 @@ fn log_shards(shards: &Shards, started: Instant) {
         })
         .collect();
     parts.sort();
+    if running.is_empty() {
+        eprintln!(
+            "[{:>5}s] group: no shard runs here (waiting for partitions, or for the other processes' to end)",
+            started.elapsed().as_secs()
+        );
+        return;
+    }
     eprintln!(
         "[{:>5}s] group: {} shards running ({})",
         started.elapsed().as_secs(),

@@ -16,6 +16,12 @@ pub(crate) fn lines(brokers: &str, group: &str, topic: Option<&str>) -> Result<V
         None => subscribed_topic(brokers, group)?,
     };
     let info = describe_group(brokers, group, &topic)?;
+    if info.members.is_empty() && info.partitions.iter().all(|(c, _)| c.offset.is_none()) {
+        return Err(RuntimeError::Usage(format!(
+            "group {group} has no member and has committed nothing on topic {topic} (state {}): check the group and topic names",
+            info.state
+        )));
+    }
     let mut lines = vec![
         format!(
             "group {group} on topic {topic}: {}, {} member(s)",

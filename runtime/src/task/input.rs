@@ -268,14 +268,20 @@ impl<I> Input<I> {
             return Ok(key);
         }
         let show = strata_connectors::kafka::key_to_json;
+        // A shard of a consumer group must have its keys: no way around.
+        let fix = if k.shard.is_some() {
+            "reload the topic keyed by the job's key with strata topic load --key ...: a consumer group's shards need it"
+        } else {
+            "strata topic load --key ...; or source.kafka.require-key=false"
+        };
         let reason = match &f.key {
             Some(m) if *m == key => return Ok(key),
             Some(m) => format!(
-                "the message key {} is not the record's key {} (its fields): a key must live in one partition, so messages must be keyed by the job's key (strata topic load --key ...; or source.kafka.require-key=false)",
+                "the message key {} is not the record's key {} (its fields): a key must live in one partition, so messages must be keyed by the job's key ({fix})",
                 show(m),
                 show(&key)
             ),
-            None => "the message has no key: messages must be keyed by the job's key (strata topic load --key ...; or source.kafka.require-key=false)".into(),
+            None => format!("the message has no key: messages must be keyed by the job's key ({fix})"),
         };
         Err(RecordError {
             record: f.offset as u64,
