@@ -175,6 +175,9 @@ where
     /// Reads `input` as rows of `schema`, turned into records by `parse`:
     /// a file (format from its extension), or Kafka topics given as
     /// `kafka://host:port[,host:port]/topic[,topic][?group=G&start=earliest|latest]`
+    /// (`group`, default `strata-<job>`, receives the offsets of completed
+    /// checkpoints for lag monitoring; the CLI's `?group=` runs a consumer
+    /// group of processes instead, see [`crate::group`])
     /// (each message's value one JSON object; see `strata_connectors::kafka`).
     pub fn file_source(
         mut self,
