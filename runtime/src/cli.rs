@@ -179,7 +179,7 @@ pub fn main(cli: Cli) -> Result<()> {
         Command::Run(args) => {
             if let Some(group) = crate::group::command::group_of(&args.input)? {
                 let report = crate::group::command::run(group, args)?;
-                eprintln!("{}", crate::group::command::summary(&report));
+                eprintln!("{}", crate::group::summary(&report));
                 return Ok(());
             }
             let report = run(args)?;

@@ -4,7 +4,7 @@
 //! job with the shard's own checkpoint location, `transactional.id` and
 //! share of the memory budgets.
 
-use super::{GroupReport, GroupSettings, RunShard, Shard, ShardEnd};
+use super::{GroupReport, GroupSettings, RunShard, Shard};
 use crate::checkpoint::remote;
 use crate::cli::{PipelineRun, RunArgs};
 use crate::config::JobConfig;
@@ -199,25 +199,4 @@ fn serve_metrics(addr: std::net::SocketAddr) -> Result<()> {
         .map_err(|e| RuntimeError::Function(format!("start the metrics thread: {e}")))?;
     rx.recv()
         .map_err(|_| RuntimeError::Function("the metrics thread ended".into()))?
-}
-
-/// The end-of-run line of a process of a group (parsed by tests).
-pub(crate) fn summary(r: &GroupReport) -> String {
-    let count = |end| r.shards.iter().filter(|s| s.end == end).count();
-    let reports = || r.shards.iter().filter_map(|s| s.report.as_ref());
-    let records_in: u64 = reports().map(|j| j.records_in).sum();
-    let records_out: u64 = reports().map(|j| j.records_out).sum();
-    let down: u64 = reports()
-        .filter_map(|j| j.object_store.as_ref())
-        .map(|t| t.bytes_down)
-        .sum();
-    let secs = r.elapsed.as_secs_f64().max(1e-9);
-    format!(
-        "strata: left the group. shards={} finished={} released={} lost={} records_in={records_in} records_out={records_out} elapsed_s={secs:.2} records_per_s={:.0} object_store_bytes_down={down}",
-        r.shards.len(),
-        count(ShardEnd::Finished),
-        count(ShardEnd::Released),
-        count(ShardEnd::Lost),
-        records_in as f64 / secs,
-    )
 }

@@ -352,10 +352,15 @@ pub(crate) fn run(settings: &GroupSettings, run_shard: RunShard) -> Result<Group
     shards.stop(&left, true);
     drop(member);
     drop(watcher);
-    outcome.map(|()| GroupReport {
+    let report = GroupReport {
         shards: runs,
         elapsed: started.elapsed(),
-    })
+    };
+    if let Err(RuntimeError::Left { .. }) = &outcome {
+        // Asked to stop: what this process did is still worth a line.
+        eprintln!("{}", summary(&report));
+    }
+    outcome.map(|()| report)
 }
 
 /// Starts shard `p` on a thread of its own.
@@ -666,4 +671,26 @@ fn signal_flag() -> Result<SignalFlag> {
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(SignalFlag(flag))
+}
+
+/// The end-of-run line of a process of a group (parsed by tests), also
+/// printed when it leaves on a signal.
+pub(crate) fn summary(r: &GroupReport) -> String {
+    let count = |end| r.shards.iter().filter(|s| s.end == end).count();
+    let reports = || r.shards.iter().filter_map(|s| s.report.as_ref());
+    let records_in: u64 = reports().map(|j| j.records_in).sum();
+    let records_out: u64 = reports().map(|j| j.records_out).sum();
+    let down: u64 = reports()
+        .filter_map(|j| j.object_store.as_ref())
+        .map(|t| t.bytes_down)
+        .sum();
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    format!(
+        "strata: left the group. shards={} finished={} released={} lost={} records_in={records_in} records_out={records_out} elapsed_s={secs:.2} records_per_s={:.0} object_store_bytes_down={down}",
+        r.shards.len(),
+        count(ShardEnd::Finished),
+        count(ShardEnd::Released),
+        count(ShardEnd::Lost),
+        records_in as f64 / secs,
+    )
 }

@@ -471,7 +471,9 @@ where
         )?;
         let restore_started = Instant::now();
         let cold = self.connect_l3(&storage, restored.as_ref()).await?;
-        if let Some(m) = &restored {
+        // Newer checkpoints exist (here or in the store) only if this run
+        // numbers its checkpoints after a newer one.
+        if let Some(m) = restored.as_ref().filter(|m| next_id > m.id + 1) {
             tokio::task::block_in_place(|| restore::discard_newer(&storage, m.id))?;
         }
         let (par, sink_par) = restored.as_ref().map_or(
