@@ -139,11 +139,16 @@ pub fn route_history_args(
 
 /// `key=value` pairs of the end-of-run summary line on stderr.
 pub fn summary(stderr: &[u8]) -> HashMap<String, String> {
-    let text = String::from_utf8_lossy(stderr);
+    summary_of(&String::from_utf8_lossy(stderr), "strata: done.")
+}
+
+/// The `key=value` fields of the last line of `text` that starts with
+/// `start` (an end-of-run line).
+pub fn summary_of(text: &str, start: &str) -> HashMap<String, String> {
     let line = text
         .lines()
         .rev()
-        .find(|l| l.starts_with("strata: done."))
+        .find(|l| l.starts_with(start))
         .unwrap_or_else(|| panic!("no summary line in:\n{text}"));
     line.split_whitespace()
         .filter_map(|w| w.split_once('='))

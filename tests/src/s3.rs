@@ -74,17 +74,7 @@ impl Prefix {
 
     /// The names of the objects under the prefix, relative to it.
     pub fn objects(&self) -> Vec<String> {
-        use futures::TryStreamExt;
-        use object_store::ObjectStore;
-        let (store, rt) = Self::client();
-        let prefix = object_store::path::Path::from(self.name.as_str());
-        let listed: Vec<_> = rt
-            .block_on(store.list(Some(&prefix)).try_collect())
-            .expect("listing the test prefix");
-        listed
-            .into_iter()
-            .map(|o| o.location.as_ref()[self.name.len() + 1..].to_owned())
-            .collect()
+        self.sizes().into_iter().map(|(name, _)| name).collect()
     }
 
     /// The objects under the prefix with their sizes, names relative to it.

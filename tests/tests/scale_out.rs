@@ -152,14 +152,7 @@ fn status(job: &Job) -> Vec<String> {
 
 /// The end-of-run figures of a member's log.
 fn group_summary(log: &str) -> std::collections::HashMap<String, String> {
-    let line = log
-        .lines()
-        .find(|l| l.starts_with("strata: left the group."))
-        .unwrap_or_else(|| panic!("no summary line:\n{log}"));
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    summary_of(log, "strata: left the group.")
 }
 
 fn check_exact(topic: &str, want: &[Line], what: &str) {

@@ -304,13 +304,7 @@ pub struct GroupInfo {
 ///
 /// Errors: the topic does not exist, the brokers cannot be reached within 30 s.
 pub fn describe_group(brokers: &str, group: &str, topic: &str) -> Result<GroupInfo> {
-    let consumer: BaseConsumer = client_config(
-        brokers,
-        &[("group.id", group), ("enable.auto.commit", "false")],
-        &[],
-    )
-    .create()
-    .map_err(ConnectorError::kafka("create a consumer"))?;
+    let consumer = super::group_reader(brokers, group)?;
     let partitions = partitions_of(&consumer, topic)?;
     let list = consumer
         .fetch_group_list(Some(group), CALL_TIMEOUT)

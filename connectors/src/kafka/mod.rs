@@ -252,6 +252,18 @@ where
     }
 }
 
+/// A consumer of `group` that only reads what the group committed (it
+/// never joins nor commits).
+pub(crate) fn group_reader(brokers: &str, group: &str) -> Result<BaseConsumer> {
+    client_config(
+        brokers,
+        &[("group.id", group), ("enable.auto.commit", "false")],
+        &[],
+    )
+    .create()
+    .map_err(ConnectorError::kafka("create a consumer"))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -261,13 +273,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// offset minus the group's committed offset (the whole partition when the
 /// group committed nothing). What `kafka-consumer-groups --describe` shows.
 pub fn group_lag(brokers: &str, group: &str, topic: &str) -> Result<Vec<(i32, i64)>> {
-    let consumer: BaseConsumer = client_config(
-        brokers,
-        &[("group.id", group), ("enable.auto.commit", "false")],
-        &[],
-    )
-    .create()
-    .map_err(ConnectorError::kafka("create a consumer"))?;
+    let consumer = group_reader(brokers, group)?;
     let partitions = partitions_of(&consumer, topic)?;
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
