@@ -86,6 +86,13 @@ fn value_state(c: &mut Criterion, tier: &str, l1_bytes: u64) {
             BatchSize::SmallInput,
         )
     });
+    c.bench_function(&format!("{tier} modify"), |b| {
+        b.iter_batched(
+            keys(),
+            |k| f.count.modify(&k, |n| *n += 1),
+            BatchSize::SmallInput,
+        )
+    });
     black_box(f.store.stats());
 }
 

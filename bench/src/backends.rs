@@ -113,17 +113,14 @@ impl UserState {
     pub fn apply(&self, key: &[u8], event: Event) -> Result<(), BenchError> {
         match &self.history {
             History::Add(list) => list.add(key, event)?,
-            History::Naive(recent) => {
-                let mut events = recent.get(key)?.unwrap_or_default();
+            History::Naive(recent) => recent.modify(key, |events| {
                 events.push(event);
                 if events.len() > KEEP_NAIVE {
                     events.remove(0);
                 }
-                recent.update(key, events)?;
-            }
+            })?,
         }
-        let n = self.count.get(key)?.unwrap_or(0);
-        self.count.update(key, n + 1)?;
+        self.count.modify(key, |n| *n += 1)?;
         Ok(())
     }
 

@@ -18,7 +18,9 @@ pub enum Form {
     ListAdd,
     /// Read-modify-write of the whole list (`list = get(user); list.push(e);
     /// put(user, list)`, last 100 kept) plus the count: the form a
-    /// per-record design suggests.
+    /// per-record design suggests. strata's modes do each read-modify-write
+    /// (this list and the count of both forms) with `ValueState::modify`,
+    /// one state access; the baselines with a get and a put.
     Naive,
 }
 

@@ -10,7 +10,7 @@
 
 use crate::codec;
 use crate::error::{Result, StateError};
-use crate::store::{Encoded, L1Key, Slot, StateStore};
+use crate::store::{AnyValue, Encoded, L1Key, Slot, StateStore};
 use crate::ttl::Ttl;
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::VecDeque;
@@ -83,11 +83,16 @@ impl StateDescriptor {
 fn downcast<T: Send + Sync + 'static>(store: &StateStore, slot: &Slot) -> Result<Arc<T>> {
     slot.value()
         .downcast::<T>()
-        .map_err(|_| StateError::WrongKind {
-            name: store.inner.name(slot.state).to_owned(),
-            declared: "another value type",
-            requested: std::any::type_name::<T>(),
-        })
+        .map_err(|_| wrong_value_type::<T>(store, slot))
+}
+
+/// The error for an L1 entry whose value is not a `T`.
+fn wrong_value_type<T>(store: &StateStore, slot: &Slot) -> StateError {
+    StateError::WrongKind {
+        name: store.inner.name(slot.state).to_owned(),
+        declared: "another value type",
+        requested: std::any::type_name::<T>(),
+    }
 }
 
 fn weight_of<T: Serialize>(value: &T) -> usize {
@@ -130,19 +135,53 @@ where
         }
         return Ok(Some((*downcast::<T>(store, &slot)?).clone()));
     }
-    let Some((bytes, _)) = inner.lower_get(&l1_key)? else {
+    let Some((ts, value, weight)) = read_lower::<T>(store, state, &l1_key)? else {
         return Ok(None);
     };
-    let name = inner.name(state);
-    let (ts, body) = codec::split_entry(name, &bytes)?;
+    let slot = Slot::new(l1_key, state, ts, Arc::new(value.clone()), weight, false);
+    inner.l1_insert(slot);
+    Ok(Some(value))
+}
+
+/// What L2 and L3 hold of an entry L1 lacks, unexpired: its write
+/// timestamp, its value and its L1 weight. The caller holds the tier lock.
+fn read_lower<T>(store: &StateStore, state: u16, l1_key: &[u8]) -> Result<Option<(i64, T, usize)>>
+where
+    T: DeserializeOwned,
+{
+    let inner = &store.inner;
+    let Some((bytes, _)) = inner.lower_get(l1_key)? else {
+        return Ok(None);
+    };
+    let (ts, body) = codec::split_entry(inner.name(state), &bytes)?;
     if inner.expired(state, ts) {
         return Ok(None);
     }
     let value: T = inner.decode(state, body)?;
-    let weight = value_weight::<T>(body.len());
-    let slot = Slot::new(l1_key, state, ts, Arc::new(value.clone()), weight, false);
-    inner.l1_insert(slot);
-    Ok(Some(value))
+    Ok(Some((ts, value, value_weight::<T>(body.len()))))
+}
+
+/// Applies `f` to the `T` an L1 value holds — `T::default()` instead when
+/// `reset` (it expired) — copying it first only if a reader shares it.
+/// `None` if the value is not a `T`.
+fn modify_any<T, R>(any: &mut AnyValue, reset: bool, f: impl FnOnce(&mut T) -> R) -> Option<R>
+where
+    T: Default + Clone + Send + Sync + 'static,
+{
+    if reset {
+        *any = Arc::new(T::default());
+    } else if Arc::get_mut(any).is_none() {
+        let copy = any.downcast_ref::<T>()?.clone();
+        *any = Arc::new(copy);
+    }
+    Some(f(Arc::get_mut(any)?.downcast_mut::<T>()?))
+}
+
+/// Whether an L1 entry recorded at weight `recorded` may keep it now that
+/// its value weighs `weight` (moka re-weighs only on insertion): within a
+/// factor of two.
+fn weight_holds(weight: usize, recorded: usize) -> bool {
+    weight <= 2 * recorded.max(32) && 2 * weight >= recorded
 }
 
 /// One value of type `T` per key (Flink's `ValueState`).
@@ -197,7 +236,7 @@ where
         // an insertion, unless its size changed much.
         if let Some(slot) = inner.l1_peek(&l1_key) {
             let recorded = slot.weight.load(std::sync::atomic::Ordering::Relaxed) as usize;
-            if weight <= 2 * recorded.max(32) && 2 * weight >= recorded {
+            if weight_holds(weight, recorded) {
                 slot.update(
                     |any| match Arc::get_mut(any).and_then(|v| v.downcast_mut::<T>()) {
                         Some(held) => *held = value,
@@ -218,6 +257,67 @@ where
             true,
         ));
         Ok(())
+    }
+
+    /// Reads, changes and writes back the key's value in one state access:
+    /// `f` gets the value — `T::default()` when the key has none or it
+    /// expired — changes it in place, and its result is returned. The
+    /// read-modify-write of a [`ValueState::get`] followed by a
+    /// [`ValueState::update`] (Flink's `value()` then `update(..)`), at
+    /// the cost of one: for a key L1 holds, one front-index probe or moka
+    /// lookup and no copy of the value; for a key it lacks, one read of
+    /// the lower tiers and one L1 insertion. Write-back as `update`: the
+    /// value reaches L2 on eviction or flush, stamped with the current
+    /// record timestamp.
+    ///
+    /// ```no_run
+    /// # let store = strata_cache::StateStore::builder("/tmp/l2").state(strata_cache::StateDescriptor::value("count")).open()?;
+    /// let count = store.value_state::<u64>("count")?;
+    /// let n = count.modify(b"user-1", |n| { *n += 1; *n })?;
+    /// # Ok::<(), strata_cache::StateError>(())
+    /// ```
+    ///
+    /// Errors: as [`ValueState::get`]'s (a lower tier's read, a value
+    /// that does not decode as a `T`), and [`StateError::WrongKind`] if
+    /// L1 holds another type under this state.
+    pub fn modify<R>(&self, key: &[u8], f: impl FnOnce(&mut T) -> R) -> Result<R>
+    where
+        T: Default,
+    {
+        let inner = &self.store.inner;
+        let l1_key = inner.l1_key_vec(self.id, key, &[]);
+        let ts = inner.write_ts(self.id);
+        let _tiers = inner.lock_tiers()?;
+        if let Some(slot) = inner.l1_get(&l1_key) {
+            let expired = inner.expired(self.id, slot.ts());
+            let (out, weight) = slot
+                .update(|any| {
+                    let out = modify_any::<T, R>(any, expired, f)?;
+                    Some((out, value_weight::<T>(weight_of(any.downcast_ref::<T>()?))))
+                })
+                .ok_or_else(|| wrong_value_type::<T>(&self.store, &slot))?;
+            slot.set_ts(ts);
+            inner.mark_dirty(&slot);
+            let recorded = slot.weight.load(std::sync::atomic::Ordering::Relaxed) as usize;
+            if !weight_holds(weight, recorded) {
+                inner.l1_insert(slot.reweighed(weight));
+            }
+            return Ok(out);
+        }
+        let mut value = read_lower::<T>(&self.store, self.id, &l1_key)?
+            .map(|(_, value, _)| value)
+            .unwrap_or_default();
+        let out = f(&mut value);
+        let weight = value_weight::<T>(weight_of(&value));
+        inner.l1_insert(Slot::new(
+            l1_key.into(),
+            self.id,
+            ts,
+            Arc::new(value),
+            weight,
+            true,
+        ));
+        Ok(out)
     }
 
     /// Removes the key's value from every tier.

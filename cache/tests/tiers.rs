@@ -268,6 +268,48 @@ fn a_checkpoint_whose_write_fails_fails_the_store_for_good() {
     );
 }
 
+/// `modify` sees an expired value as absent, whether L1 holds it or only
+/// L2 does, and stamps what it writes with the current record time.
+#[test]
+fn modify_restarts_an_expired_value_from_the_default_in_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let add = |v: &strata_cache::ValueState<u32>, key: &[u8], d: u32| {
+        v.modify(key, |n| {
+            *n += d;
+            *n
+        })
+        .unwrap()
+    };
+    {
+        let s = ttl_store(dir.path());
+        let v = s.value_state::<u32>("v").unwrap();
+        s.set_record_timestamp(1_000);
+        for key in [&b"a"[..], b"b", b"c"] {
+            assert_eq!(add(&v, key, 5), 5, "an absent value starts at 0");
+            assert_eq!(add(&v, key, 1), 6);
+        }
+        s.clock().advance_watermark(1_099);
+        assert_eq!(add(&v, b"a", 1), 7, "not expired yet");
+        s.clock().advance_watermark(1_100);
+        s.set_record_timestamp(1_100);
+        assert_eq!(add(&v, b"a", 1), 1, "written at 1,000: expired in L1");
+        s.clock().advance_watermark(1_199);
+        assert_eq!(v.get(b"a").unwrap(), Some(1), "stamped 1,100, not 1,000");
+        s.clock().advance_watermark(1_200);
+        assert_eq!(v.get(b"a").unwrap(), None);
+        s.close().unwrap();
+    }
+    // A new store: L1 is empty, b and c (written at 1,000) are in L2 only.
+    let s = ttl_store(dir.path());
+    let v = s.value_state::<u32>("v").unwrap();
+    s.clock().advance_watermark(1_099);
+    s.set_record_timestamp(1_099);
+    assert_eq!(add(&v, b"b", 1), 7, "read from L2, not expired");
+    s.clock().advance_watermark(1_100);
+    assert_eq!(add(&v, b"c", 1), 1, "expired in L2: restarts at 0");
+    assert_eq!(v.get(b"b").unwrap(), Some(7), "b was rewritten at 1,099");
+}
+
 #[test]
 fn asking_for_an_undeclared_or_mistyped_state_is_an_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,6 +9,8 @@ use strata_cache::{ListState, MapState, StateStore, ValueState};
 #[derive(Debug, Clone)]
 pub enum Op {
     Update(u8, u64),
+    /// `ValueState::modify`: adds to the value (wrapping), 0 when absent.
+    Modify(u8, u64),
     ClearValue(u8),
     Add(u8, u32),
     ClearList(u8),
@@ -22,6 +24,7 @@ pub fn op() -> impl Strategy<Value = Op> {
     let key = 0u8..12;
     prop_oneof![
         4 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Update(k, v)),
+        3 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Modify(k, v)),
         1 => key.clone().prop_map(Op::ClearValue),
         4 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Add(k, v)),
         1 => key.clone().prop_map(Op::ClearList),
@@ -61,6 +64,18 @@ impl Handles {
             Op::Update(k, v) => {
                 self.count.update(&[k], v).unwrap();
                 m.values.insert(k, v);
+            }
+            Op::Modify(k, v) => {
+                let got = self
+                    .count
+                    .modify(&[k], |n| {
+                        *n = n.wrapping_add(v);
+                        *n
+                    })
+                    .unwrap();
+                let want = m.values.entry(k).or_default();
+                *want = want.wrapping_add(v);
+                assert_eq!(got, *want, "modify of key {k}");
             }
             Op::ClearValue(k) => {
                 self.count.clear(&[k]).unwrap();
