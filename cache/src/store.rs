@@ -329,10 +329,17 @@ impl Lower {
         written
     }
 
-    /// Moves the buffered spills into `batch`.
+    /// Moves the buffered spills into `batch`, in key order: RocksDB's
+    /// memtable (a skip list) starts each insertion's search where the
+    /// last one ended, so a sorted batch costs a short walk per key where
+    /// a random one costs a search from the top (in a uniform list-add
+    /// run, the insertions' search fell from 11.8 % to 3.8 % of the CPU
+    /// samples; the sorting itself costs about a third of that back).
     fn batch_spills(&self, batch: &mut WriteBatch) -> Result<()> {
         let spills = std::mem::take(&mut *lock(&self.spills));
-        for (key, encoded) in spills.entries {
+        let mut entries: Vec<(L1Key, Encoded)> = spills.entries.into_iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, encoded) in entries {
             let cf = self.cf(u16::from_be_bytes([key[0], key[1]]))?;
             if encoded.append {
                 batch.merge_cf(&cf, &key[2..], encoded.bytes);
@@ -407,7 +414,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// or writes L2 directly writes the buffer first.
 #[derive(Default)]
 struct Spills {
-    entries: std::collections::HashMap<L1Key, Encoded>,
+    entries: L1Map<Encoded>,
     bytes: usize,
 }
 
@@ -463,6 +470,10 @@ impl DirtySet {
 /// are hashed into key groups with xxh3 anyway).
 pub(crate) type L1Hasher = xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
+/// A hash map keyed by L1 keys, with L1's hasher (std's SipHash took 1.8 %
+/// of a uniform list-add run's CPU samples, mostly in the append buffer).
+pub(crate) type L1Map<V> = std::collections::HashMap<L1Key, V, L1Hasher>;
+
 pub(crate) struct StoreInner {
     pub(crate) lower: Arc<Lower>,
     pub(crate) l1: moka::sync::Cache<L1Key, Arc<Slot>, L1Hasher>,
@@ -476,7 +487,7 @@ pub(crate) struct StoreInner {
     pub(crate) cold: Option<Arc<dyn ColdTier>>,
     pub(crate) eviction: crate::eviction::Eviction,
     /// L3 answers read ahead for a batch of keys (see [`StateStore::prefetch`]).
-    prefetched: Mutex<std::collections::HashMap<L1Key, Found>>,
+    prefetched: Mutex<L1Map<Found>>,
     path: PathBuf,
     pub(crate) max_list_bytes: u64,
     /// Set by [`StateStore::close`].
@@ -1159,19 +1170,23 @@ impl StoreInner {
     }
 
     /// Writes the buffered spills, then the slots of `slots` still dirty,
-    /// in batches of about the spill buffer's size (an eighth of L1's
-    /// capacity, at most 4 MB): one batch of the whole dirty set would
-    /// copy all of it again beside L1 and into one oversized memtable.
+    /// in key order (see [`Lower::batch_spills`]) and in batches of about
+    /// the spill buffer's size (an eighth of L1's capacity, at most 4 MB):
+    /// one batch of the whole dirty set would copy all of it again beside
+    /// L1 and into one oversized memtable.
     fn write_dirty(&self, slots: &[Weak<Slot>]) -> Result<()> {
         let lower = &self.lower;
         let mut batch = WriteBatch::default();
         // Evicted writes first: a slot dirty in L1 now is newer.
         lower.batch_spills(&mut batch)?;
+        let mut dirty: Vec<Arc<Slot>> = slots
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|s| !s.gone.load(Ordering::Acquire) && s.dirty.load(Ordering::Acquire))
+            .collect();
+        dirty.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         let mut written = Vec::new();
-        for slot in slots.iter().filter_map(Weak::upgrade) {
-            if slot.gone.load(Ordering::Acquire) || !slot.dirty.load(Ordering::Acquire) {
-                continue;
-            }
+        for slot in dirty {
             let encoded = lower.encode_slot(&slot)?;
             batch.put_cf(&lower.cf(slot.state)?, &slot.key[2..], encoded.bytes);
             written.push(slot);
@@ -1366,9 +1381,7 @@ impl StoreInner {
         }
     }
 
-    pub(crate) fn lock_prefetched(
-        &self,
-    ) -> MutexGuard<'_, std::collections::HashMap<L1Key, Found>> {
+    pub(crate) fn lock_prefetched(&self) -> MutexGuard<'_, L1Map<Found>> {
         self.prefetched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
