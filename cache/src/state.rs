@@ -248,15 +248,15 @@ where
                 return Ok(());
             }
         }
-        inner.l1_insert(Slot::new(
-            l1_key.into(),
-            self.id,
-            ts,
-            Arc::new(value),
-            weight,
-            true,
-        ));
+        self.insert_dirty(l1_key, ts, value, weight);
         Ok(())
+    }
+
+    /// Puts `value`, written at `ts` and weighing `weight`, in L1 as a
+    /// dirty entry (L2 lacks it).
+    fn insert_dirty(&self, l1_key: Vec<u8>, ts: i64, value: T, weight: usize) {
+        let slot = Slot::new(l1_key.into(), self.id, ts, Arc::new(value), weight, true);
+        self.store.inner.l1_insert(slot);
     }
 
     /// Reads, changes and writes back the key's value in one state access:
@@ -309,14 +309,7 @@ where
             .unwrap_or_default();
         let out = f(&mut value);
         let weight = value_weight::<T>(weight_of(&value));
-        inner.l1_insert(Slot::new(
-            l1_key.into(),
-            self.id,
-            ts,
-            Arc::new(value),
-            weight,
-            true,
-        ));
+        self.insert_dirty(l1_key, ts, value, weight);
         Ok(out)
     }
 
