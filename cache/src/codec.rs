@@ -6,8 +6,15 @@
 //! * L1 key: `[state id: u16 BE]` followed by the stored key.
 //! * Value and map-entry value: `[timestamp: i64 BE][postcard(T)]`.
 //! * List value: zero or more elements `[timestamp: i64 BE][len: u32 BE][postcard(T)]`;
-//!   concatenating two lists is a list, which is what the RocksDB merge
-//!   operator does, so `ListState::add` never reads the list.
+//!   concatenating two lists is a list.
+//! * List writes reach L2 through a per-key-group chunk log
+//!   (`l2::chunks`): each write batch becomes, per key group, one chunk of
+//!   that batch's list operations sorted by key — *append* these elements,
+//!   or *replace* the list by these — which is folded into the per-key
+//!   list values (RocksDB merge operands, many elements each) later, so
+//!   `ListState::add` never reads the list and costs no LSM entry of its
+//!   own. A merge operand that replaces starts with the *replace marker*
+//!   (an element header `[i64::MIN][u32::MAX - 1]` with no body).
 //!
 //! * With a cold tier (L3), two markers: a list whose value starts with the
 //!   *base marker* (an element header `[i64::MIN][u32::MAX]` with no body) is
@@ -25,7 +32,7 @@ use serde::{de::DeserializeOwned, Serialize};
 /// The version of the byte layouts above. A store records it in L2 when
 /// first opened and refuses L2 (a restored checkpoint included) written
 /// with another version.
-pub const CODEC_VERSION: u32 = 1;
+pub const CODEC_VERSION: u32 = 2;
 
 const TS_LEN: usize = 8;
 const LEN_LEN: usize = 4;
@@ -103,6 +110,21 @@ pub(crate) fn is_complete_list(bytes: &[u8]) -> bool {
     bytes.starts_with(&list_base_marker())
 }
 
+const REPLACE_LEN: u32 = u32::MAX - 1;
+
+/// The replace marker of list merge operands (see the module docs).
+pub(crate) fn list_replace_marker() -> [u8; TS_LEN + LEN_LEN] {
+    let mut m = [0; TS_LEN + LEN_LEN];
+    m[..TS_LEN].copy_from_slice(&MARKER_TS.to_be_bytes());
+    m[TS_LEN..].copy_from_slice(&REPLACE_LEN.to_be_bytes());
+    m
+}
+
+/// The list an operand replaces with, if it is a replacing operand.
+pub(crate) fn replacing(operand: &[u8]) -> Option<&[u8]> {
+    operand.strip_prefix(&list_replace_marker()[..])
+}
+
 /// The tombstone of a value or map entry (see the module docs).
 pub(crate) fn tombstone() -> Vec<u8> {
     let mut t = MARKER_TS.to_be_bytes().to_vec();
@@ -124,6 +146,31 @@ pub(crate) fn put_list_element(out: &mut Vec<u8>, ts: i64, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// Writes the elements of `parts` written after `cutoff` into `out`, with
+/// the base marker first if `base` (the first part) has one; false if a
+/// part does not parse (then `out` holds part of the result).
+pub(crate) fn trim_list_into<'a>(
+    out: &mut Vec<u8>,
+    base: Option<&[u8]>,
+    parts: impl Iterator<Item = &'a [u8]>,
+    cutoff: i64,
+) -> bool {
+    if base.is_some_and(is_complete_list) {
+        out.extend_from_slice(&list_base_marker());
+    }
+    for part in parts {
+        for element in list_elements("", part) {
+            let Ok((ts, body)) = element else {
+                return false;
+            };
+            if ts > cutoff {
+                put_list_element(out, ts, body);
+            }
+        }
+    }
+    true
+}
+
 /// Iterates the (timestamp, body) elements of an encoded list.
 pub(crate) fn list_elements<'a>(
     state: &'a str,
@@ -140,7 +187,7 @@ pub(crate) fn list_elements<'a>(
         let ts = i64::from_be_bytes(head[..TS_LEN].try_into().unwrap_or_default());
         let len = u32::from_be_bytes(head[TS_LEN..].try_into().unwrap_or_default());
         let rest = &bytes[TS_LEN + LEN_LEN..];
-        if ts == MARKER_TS && len == MARKER_LEN {
+        if ts == MARKER_TS && (len == MARKER_LEN || len == REPLACE_LEN) {
             bytes = rest;
             return Some(Ok(None));
         }

@@ -19,12 +19,22 @@ use std::ops::RangeInclusive;
 /// Largest allowed `max_parallelism` (key groups are stored as `u16`).
 pub const MAX_KEY_GROUPS: u32 = 1 << 15;
 
+/// The `max_parallelism` of a store (and of the runtime's jobs) unless
+/// configured: 128 key groups, Flink's default for small parallelism.
+pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
+
 /// The key group of `key`: a stable hash (XXH3, independent of the Rust
 /// version and platform) modulo `max_parallelism`.
 ///
 /// `max_parallelism` must be in `1..=MAX_KEY_GROUPS`.
 pub fn key_group_of(key: &[u8], max_parallelism: u32) -> u16 {
-    (xxhash_rust::xxh3::xxh3_64(key) % u64::from(max_parallelism.max(1))) as u16
+    key_group_of_hash(crate::hash::hash_key(key), max_parallelism)
+}
+
+/// The key group of a key whose [`crate::hash::hash_key`] is `hash` (the
+/// runtime's source hashes each key once and routes by this).
+pub fn key_group_of_hash(hash: u64, max_parallelism: u32) -> u16 {
+    (hash % u64::from(max_parallelism.max(1))) as u16
 }
 
 /// A contiguous, inclusive range of key groups owned by one operator instance.

@@ -54,33 +54,45 @@
 //! alone, depend on `strata-cache` with `default-features = false`; a
 //! [`ColdTier`] of your own still plugs in.
 //!
-//! Modules: [`key_group`] (partitioning), [`composite_key`] (keys of
-//! several fields), [`codec`] (byte layouts),
-//! [`ttl`] (expiry), [`snapshot`] (incremental checkpoint files), [`l3`]
-//! (the Cassandra/ScyllaDB cold tier); the store
-//! and its typed handles are re-exported at the root.
+//! Modules: [`key_group`] (partitioning), [`hash`] (key hashes),
+//! [`composite_key`] (keys of several fields), [`codec`] (byte layouts),
+//! [`ttl`] (expiry), [`schema`] (value types), [`snapshot`] (incremental
+//! checkpoint files), [`l3`] (the Cassandra/ScyllaDB cold tier). Inside:
+//! `l1` (moka, the front index, the compact tables), `l2` (RocksDB, the
+//! write batches and their writer, the chunk log), `tiers` (the tiers
+//! together), `state` (the typed handles), `eviction` (cold eviction) and
+//! `store` (the public store and its builder), each depending only on
+//! those before it.
 
 pub mod codec;
+mod cold;
 pub mod composite_key;
+mod descriptor;
 mod error;
 mod eviction;
-mod front;
+pub mod hash;
 pub mod key_group;
+mod l1;
 mod l2;
 #[cfg(feature = "l3")]
 pub mod l3;
 pub mod schema;
 pub mod snapshot;
 mod state;
+mod stats;
 mod store;
+mod sync;
+pub(crate) mod tiers;
 pub mod ttl;
 
+pub use cold::{ColdTier, ColdWrite};
+pub use descriptor::{StateDescriptor, StateKind};
 pub use error::{Result, StateError};
 pub use eviction::EvictionReport;
-pub use l2::{l2_cf_options, l2_db_options, L2Budget};
-pub use state::{ListState, ListView, MapState, StateDescriptor, StateKind, ValueState};
-pub use store::{
-    ColdTier, ColdWrite, StateStore, StoreBuilder, TierStats, DEFAULT_MAX_LIST_BYTES,
-    MAX_LIST_BYTES_LIMIT,
-};
+pub use l2::report::{L2Report, StateColumns, StateL2Report};
+pub use l2::{l2_cf_options, l2_db_options, list_read_options, L2Budget};
+pub use state::{ListState, ListView, MapState, ValueState};
+pub use stats::TierStats;
+pub use store::{StateStore, StoreBuilder, DEFAULT_MAX_LIST_BYTES, MAX_LIST_BYTES_LIMIT};
+pub use tiers::PendingCheckpoint;
 pub use ttl::{Clock, TimeDomain, Ttl};

@@ -43,21 +43,32 @@ proptest! {
         let ks = unique_keyspace("model");
         let dir = tempfile::tempdir().unwrap();
         let cold = tier(&ks, 1_000_000, None);
-        let s = store(&dir.path().join("l2"), cold.clone());
-        let h = Handles::of(&s);
+        let mut s = store(&dir.path().join("l2"), cold.clone());
+        let mut h = Handles::of(&s);
         let mut m = Model::default();
         let mut id = 0u64;
         for op in ops {
-            if let Op::Flush = op {
+            if let Op::Flush | Op::Restore = op {
                 id += 1;
-                s.checkpoint(&dir.path().join(format!("chk-{id}")), id).unwrap();
+                let chk = dir.path().join(format!("chk-{id}"));
+                s.checkpoint(&chk, id).unwrap();
                 let writes_before = cold.stats().writes;
                 h.check(&m)?;
                 prop_assert_eq!(cold.stats().writes, writes_before, "L3 written before completion");
                 s.checkpoint_completed(id).unwrap();
+                if let Op::Restore = op {
+                    drop((h, s));
+                    let live = dir.path().join(format!("l2-{id}"));
+                    model::copy_dir(&chk, &live);
+                    s = store(&live, cold.clone());
+                    h = Handles::of(&s);
+                }
                 // Read ahead as the runtime does before a batch of records.
                 let keys: Vec<[u8; 1]> = (0u8..12).map(|k| [k]).collect();
                 s.prefetch(keys.iter().map(|k| &k[..])).unwrap();
+            }
+            if let Op::Compact = op {
+                s.compact().unwrap();
             }
             h.apply(&op, &mut m);
             h.check(&m)?;
@@ -143,14 +154,22 @@ fn stored_key(k: &[u8]) -> Vec<u8> {
 }
 
 /// What the store would write to L3 for key `k` of `state` right now: L2's
-/// bytes after a flush.
+/// bytes after a flush and a fold of the chunk log (a move to L3 writes a
+/// list's whole folded value).
 fn cold_bytes(s: &StateStore, state: &str) -> Vec<u8> {
     let d = tempfile::tempdir().unwrap();
+    s.compact().unwrap();
     s.checkpoint(&d.path().join("c"), 1).unwrap();
-    let db = rocksdb::DB::open_cf_for_read_only(
+    let cfs = [
+        ("count", rocksdb::Options::default()),
+        ("events", strata_cache::list_read_options()),
+        ("default", rocksdb::Options::default()),
+    ]
+    .map(|(name, opts)| rocksdb::ColumnFamilyDescriptor::new(name, opts));
+    let db = rocksdb::DB::open_cf_descriptors_read_only(
         &rocksdb::Options::default(),
         d.path().join("c"),
-        ["count", "events", "default"],
+        cfs,
         false,
     )
     .unwrap();
@@ -366,14 +385,6 @@ fn ttl_store(dir: &std::path::Path, cold: Arc<CassandraTier>) -> StateStore {
         .unwrap()
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 #[test]
 fn a_move_repeated_after_a_restore_writes_the_same_cells_though_the_watermark_moved_on() {
     let cql = Cql::connect();
@@ -402,7 +413,7 @@ fn a_move_repeated_after_a_restore_writes_the_same_cells_though_the_watermark_mo
     let cold = tier(&ks, 3_000_000, None);
     cold.claim(42, 1, true).unwrap();
     cold.pin_version(1, version);
-    copy_dir(&dir.path().join("chk-1"), &dir.path().join("b"));
+    model::copy_dir(&dir.path().join("chk-1"), &dir.path().join("b"));
     let b = ttl_store(&dir.path().join("b"), cold);
     b.clock().advance_watermark(1990 + 60);
     b.checkpoint_completed(1).unwrap();

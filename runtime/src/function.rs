@@ -120,6 +120,7 @@ pub struct Context<'a, O> {
     pub(crate) out: &'a mut Vec<crate::task::Keyed<O>>,
     pub(crate) timers: &'a mut Timers,
     pub(crate) key: &'a [u8],
+    pub(crate) key_hash: u64,
     pub(crate) timestamp: i64,
     pub(crate) watermark: i64,
 }
@@ -129,6 +130,7 @@ impl<O> Context<'_, O> {
     pub fn emit(&mut self, record: O) {
         self.out.push(crate::task::Keyed {
             key: self.key.to_vec(),
+            hash: self.key_hash,
             ts: self.timestamp,
             value: record,
         });

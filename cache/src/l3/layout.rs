@@ -28,9 +28,9 @@
 
 use super::service::CqlRequest;
 use crate::codec;
+use crate::cold::ColdWrite;
+use crate::descriptor::{StateDescriptor, StateKind};
 use crate::error::{Result, StateError};
-use crate::state::{StateDescriptor, StateKind};
-use crate::store::ColdWrite;
 use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;

@@ -39,9 +39,9 @@ pub use service::L3Stats;
 pub use sweep::SLICES as SWEEP_SLICES;
 
 use crate::codec;
+use crate::cold::{ColdTier, ColdWrite};
+use crate::descriptor::StateDescriptor;
 use crate::error::{Result, StateError};
-use crate::state::StateDescriptor;
-use crate::store::{ColdTier, ColdWrite};
 use layout::{Layout, StatementConfig};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;

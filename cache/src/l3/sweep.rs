@@ -18,8 +18,8 @@
 
 use super::layout::Layout;
 use super::service::CqlRequest;
+use crate::descriptor::StateDescriptor;
 use crate::error::{Result, StateError};
-use crate::state::StateDescriptor;
 use futures::StreamExt;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;

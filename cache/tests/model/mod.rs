@@ -17,6 +17,11 @@ pub enum Op {
     Put(u8, u8, u32),
     Remove(u8, u8),
     Flush,
+    /// `StateStore::compact`: folds every list's chunks into its value.
+    Compact,
+    /// A checkpoint, then the store reopened from a copy of it (Flink's
+    /// restore after a failover).
+    Restore,
 }
 
 /// Keys 0..12; flushes now and then.
@@ -31,6 +36,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => (key.clone(), 0u8..4, any::<u32>()).prop_map(|(k, u, v)| Op::Put(k, u, v)),
         1 => (key, 0u8..4).prop_map(|(k, u)| Op::Remove(k, u)),
         1 => Just(Op::Flush),
+        1 => Just(Op::Compact),
+        1 => Just(Op::Restore),
     ]
 }
 
@@ -97,7 +104,7 @@ impl Handles {
                 self.attrs.remove(&[k], &u).unwrap();
                 m.maps.entry(k).or_default().remove(&u);
             }
-            Op::Flush => {}
+            Op::Flush | Op::Compact | Op::Restore => {}
         }
     }
 
@@ -136,4 +143,13 @@ pub fn builder(dir: &std::path::Path, l1_bytes: u64) -> strata_cache::StoreBuild
         .state(strata_cache::StateDescriptor::value("count"))
         .state(strata_cache::StateDescriptor::list("events"))
         .state(strata_cache::StateDescriptor::map("attrs"))
+}
+
+/// Copies the files of the checkpoint `from` into a new directory `to`.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
 }

@@ -240,6 +240,7 @@ impl Coordinator {
         let figures = CheckpointStats {
             id: meta.id,
             duration_ms: meta.duration_ms,
+            completed_at_ms: meta.completed_at_ms.max(0) as u64,
             state_bytes: meta.state_bytes,
             new_bytes: meta.new_bytes,
         };

@@ -262,6 +262,9 @@ pub struct CheckpointStats {
     pub id: u64,
     /// Trigger to completion, ms.
     pub duration_ms: u64,
+    /// When it completed, ms since the Unix epoch (it was triggered
+    /// `duration_ms` before).
+    pub completed_at_ms: u64,
     /// Total referenced state bytes.
     pub state_bytes: u64,
     /// Newly stored bytes.

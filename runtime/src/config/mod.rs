@@ -113,7 +113,7 @@ impl Default for JobConfig {
         Self {
             parallelism: std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
             sink_parallelism: None,
-            max_parallelism: 128,
+            max_parallelism: strata_cache::key_group::DEFAULT_MAX_PARALLELISM,
             checkpoint_interval: Duration::from_secs(10),
             checkpoints_retained: 3,
             checkpoint_timeout: Duration::from_secs(600),

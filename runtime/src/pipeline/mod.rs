@@ -79,6 +79,8 @@ pub struct JobReport {
     pub checkpoints_failed: u32,
     /// Tier figures summed over operator instances.
     pub tiers: TierStats,
+    /// What RocksDB did (L2), summed over operator instances.
+    pub l2: strata_cache::L2Report,
     /// L3 request figures (`None` without L3).
     pub l3: Option<L3Stats>,
     /// What went to and came from the object store holding the
@@ -568,6 +570,12 @@ where
         let checkpoints =
             std::mem::take(&mut *checkpoints.lock().unwrap_or_else(|p| p.into_inner()));
         let tiers = crate::progress::tier_totals(&stores);
+        let l2 = stores
+            .iter()
+            .fold(strata_cache::L2Report::default(), |mut all, s| {
+                all.merge(&s.l2_report());
+                all
+            });
         // The final checkpoint holds everything: the live RocksDB
         // directories are no longer needed once their stores are closed.
         drop(stores);
@@ -588,6 +596,7 @@ where
             checkpoints: checkpoints.completed,
             checkpoints_failed: checkpoints.failed,
             tiers,
+            l2,
             l3: cold.map(|c| c.tier.stats()),
             object_store: remote_storage.remote().map(Remote::transfers),
             first_record_after: progress

@@ -177,10 +177,12 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
 
     fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<Keyed<F::Out>>) -> Result<()> {
         self.store.set_record_timestamp(r.ts);
+        self.store.set_current_key(&r.key, r.hash);
         let mut ctx = Context {
             out: buf,
             timers: &mut self.timers,
             key: &r.key,
+            key_hash: r.hash,
             timestamp: r.ts,
             watermark: self.store.clock().watermark(),
         };
@@ -202,10 +204,13 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
             let more = tokio::task::block_in_place(|| {
                 while let Some((ts, key)) = self.timers.pop_due(watermark) {
                     self.store.set_record_timestamp(ts);
+                    let key_hash = strata_cache::hash::hash_key(&key);
+                    self.store.set_current_key(&key, key_hash);
                     let mut ctx = Context {
                         out: buf,
                         timers: &mut self.timers,
                         key: &key,
+                        key_hash,
                         timestamp: ts,
                         watermark,
                     };
@@ -224,13 +229,15 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
     }
 
     /// Takes the synchronous part of checkpoint `id` (changed timers into
-    /// state, L1 flushed, RocksDB checkpoint), forwards the barrier, and
-    /// moves the files to storage in the background; the returned handle
-    /// acknowledges, or declines if the upload failed. A failure of the
-    /// synchronous part leaves the task's state uncertain: it fails the job.
+    /// state, L1's dirty set encoded and handed to the store's L2 writer),
+    /// forwards the barrier, and in the background waits for the store's
+    /// RocksDB checkpoint (the writer takes it behind the barrier's writes)
+    /// and moves its files to storage; the returned handle acknowledges, or
+    /// declines if that failed. A failure of the synchronous part leaves the
+    /// task's state uncertain: it fails the job.
     async fn checkpoint(&mut self, id: u64) -> Result<JoinHandle<()>> {
         let local = self.local_checkpoints.join(format!("chk-{id}"));
-        tokio::task::block_in_place(|| self.snapshot_locally(id, &local))
+        let pending = tokio::task::block_in_place(|| self.snapshot_locally(id, &local))
             .map_err(|e| e.in_checkpoint(id, &self.name()))?;
         self.out.broadcast(|| Message::Barrier(id)).await?;
         let (uploader, acks, index, key_groups, task) = (
@@ -243,6 +250,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         let watermark = self.store.clock().watermark();
         Ok(tokio::spawn(async move {
             let upload = tokio::task::spawn_blocking(move || {
+                pending.wait()?;
                 let mut uploader = uploader.lock().unwrap_or_else(|p| p.into_inner());
                 let upload = uploader.upload(&local, &format!("chk-{id}/op-{index}"));
                 let _ = std::fs::remove_dir_all(&local);
@@ -275,9 +283,14 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         }))
     }
 
-    /// Writes the timers that changed into state, then lets the store flush
-    /// L1 and take a RocksDB checkpoint into `local`.
-    fn snapshot_locally(&mut self, id: u64, local: &std::path::Path) -> Result<()> {
+    /// Writes the timers that changed into state, then lets the store hand
+    /// its dirty set to its L2 writer, which takes a RocksDB checkpoint
+    /// into `local`.
+    fn snapshot_locally(
+        &mut self,
+        id: u64,
+        local: &std::path::Path,
+    ) -> Result<strata_cache::PendingCheckpoint> {
         slow_disk_delay();
         let timers = Self::timers_state(&self.store)?;
         for (key, times) in self.timers.take_changed() {
@@ -292,8 +305,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         }
         std::fs::create_dir_all(&self.local_checkpoints)
             .map_err(RuntimeError::io(&self.local_checkpoints))?;
-        self.store.checkpoint(local, id)?;
-        Ok(())
+        Ok(self.store.begin_checkpoint(local, id)?)
     }
 }
 

@@ -13,6 +13,9 @@ pub(crate) mod source;
 #[derive(Debug)]
 pub(crate) struct Keyed<T> {
     pub(crate) key: Vec<u8>,
+    /// `strata_cache::hash::hash_key(&key)`, computed once by the source
+    /// (it routes by it) and reused by the state store.
+    pub(crate) hash: u64,
     pub(crate) ts: i64,
     pub(crate) value: T,
 }

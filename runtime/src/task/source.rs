@@ -35,7 +35,7 @@ use crate::task::input::{Cursor, Input, ReadRecord};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use strata_cache::key_group::{key_group_of, KeyGroupRange};
+use strata_cache::key_group::{key_group_of_hash, KeyGroupRange};
 use strata_connectors::{check_timestamp, format_timestamp, RecordError, Throttle};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -225,13 +225,15 @@ impl<I: Send + 'static> SourceTask<I> {
             };
             return self.bad_record(bad, at);
         }
-        let kg = key_group_of(&key, self.max_parallelism);
+        let hash = strata_cache::hash::hash_key(&key);
+        let kg = key_group_of_hash(hash, self.max_parallelism);
         let target =
             KeyGroupRange::operator_for(kg, self.max_parallelism, self.out.len() as u32) as usize;
         r.max_ts[split] = r.max_ts[split].max(ts);
         r.last_seen[split] = Instant::now();
         r.batches[target].push(Keyed {
             key,
+            hash,
             ts,
             value: record,
         });

@@ -18,8 +18,9 @@
 //! so that the keys hit most often stay the most recent there too (the
 //! idea of Caffeine's sampled read buffers, which moka follows).
 
-use crate::store::Slot;
-use std::sync::atomic::Ordering;
+use super::slot::Slot;
+use crate::hash::KeyBytes;
+use crate::sync::lock;
 use std::sync::{Arc, Mutex, Weak};
 
 /// One front hit in this many also looks the key up in moka.
@@ -91,8 +92,9 @@ impl FrontIndex {
         lock(&self.table).entries.len() as u64 * ENTRY_BYTES
     }
 
-    /// Looks `l1_key` (of hash `hash`) up.
-    pub(crate) fn probe(&self, hash: u64, l1_key: &[u8]) -> Probe {
+    /// Looks `l1_key` up.
+    pub(crate) fn probe(&self, l1_key: &KeyBytes) -> Probe {
+        let hash = l1_key.hash();
         let mut table = lock(&self.table);
         let Some(entry) = table.entries.get_mut((hash & self.mask) as usize) else {
             return Probe::Miss;
@@ -103,7 +105,7 @@ impl FrontIndex {
         let Some(slot) = entry
             .slot
             .upgrade()
-            .filter(|s| !s.gone.load(Ordering::Acquire) && *s.key == *l1_key)
+            .filter(|s| !s.is_gone() && *s.key == *l1_key)
         else {
             return Probe::Miss;
         };
@@ -116,18 +118,19 @@ impl FrontIndex {
         Probe::Hit(slot)
     }
 
-    /// Points the entry of `hash` at `slot`, found in moka or just put
-    /// there: at once when the entry is free, stale or holds the same key;
-    /// else only when its slot was not used since it was last passed over.
-    pub(crate) fn offer(&self, hash: u64, slot: &Arc<Slot>) {
+    /// Points the entry of the slot's hash at `slot`, found in moka or just
+    /// put there: at once when the entry is free, stale or holds the same
+    /// key; else only when its slot was not used since it was last passed over.
+    pub(crate) fn offer(&self, slot: &Arc<Slot>) {
+        let hash = slot.key.hash();
         let mut table = lock(&self.table);
         let Some(entry) = table.entries.get_mut((hash & self.mask) as usize) else {
             return;
         };
         let held = entry.slot.upgrade();
-        let free = held.as_ref().is_none_or(|s| {
-            s.gone.load(Ordering::Acquire) || (entry.hash == hash && s.key == slot.key)
-        });
+        let free = held
+            .as_ref()
+            .is_none_or(|s| s.is_gone() || (entry.hash == hash && s.key == slot.key));
         if free || !entry.used {
             *entry = Entry {
                 hash,
@@ -140,16 +143,27 @@ impl FrontIndex {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::{put_l1_key, L1Key};
+    use std::sync::atomic::Ordering;
 
-    fn slot(key: &[u8]) -> Arc<Slot> {
-        Slot::new(key.into(), 0, 0, Arc::new(1u64), 8, false)
+    /// A slot whose L1 hash is `hash`.
+    fn slot(hash: u64, key: &[u8]) -> Arc<Slot> {
+        let mut buf = Vec::new();
+        put_l1_key(&mut buf, hash, 0, 0, key, b"");
+        Slot::new(
+            L1Key::from_bytes(KeyBytes::new(&buf)),
+            0,
+            Arc::new(1u64),
+            8,
+            false,
+        )
+    }
+
+    fn probe(front: &FrontIndex, s: &Arc<Slot>) -> Probe {
+        front.probe(&s.key)
     }
 
     /// The smallest L1 with an index.
@@ -159,9 +173,9 @@ mod tests {
     fn an_l1_too_small_to_spare_an_eighth_has_no_index() {
         let none = FrontIndex::for_capacity(SMALL - 1);
         assert_eq!(none.bytes(), 0);
-        let a = slot(b"a");
-        none.offer(7, &a);
-        assert!(matches!(none.probe(7, b"a"), Probe::Miss));
+        let a = slot(7, b"a");
+        none.offer(&a);
+        assert!(matches!(probe(&none, &a), Probe::Miss));
         let some = FrontIndex::for_capacity(SMALL);
         assert_eq!(some.bytes(), SMALL / 8);
         let big = FrontIndex::for_capacity(1 << 40);
@@ -171,46 +185,47 @@ mod tests {
     #[test]
     fn a_probe_finds_only_the_same_key_still_in_l1() {
         let front = FrontIndex::for_capacity(SMALL);
-        let a = slot(b"a");
-        front.offer(7, &a);
-        assert!(matches!(front.probe(7, b"a"), Probe::Hit(s) if Arc::ptr_eq(&s, &a)));
+        let a = slot(7, b"a");
+        front.offer(&a);
+        assert!(matches!(probe(&front, &a), Probe::Hit(s) if Arc::ptr_eq(&s, &a)));
         // Another key with the same hash is a miss.
-        assert!(matches!(front.probe(7, b"b"), Probe::Miss));
+        assert!(matches!(probe(&front, &slot(7, b"b")), Probe::Miss));
         // A slot moka removed is a miss.
         a.gone.store(true, Ordering::Release);
-        assert!(matches!(front.probe(7, b"a"), Probe::Miss));
+        assert!(matches!(probe(&front, &a), Probe::Miss));
         // A slot dropped is a miss.
-        let b = slot(b"b");
-        front.offer(9, &b);
+        let b = slot(9, b"b");
+        front.offer(&b);
+        let again = slot(9, b"b");
         drop(b);
-        assert!(matches!(front.probe(9, b"b"), Probe::Miss));
+        assert!(matches!(probe(&front, &again), Probe::Miss));
     }
 
     #[test]
     fn a_used_entry_survives_one_offer_of_another_key() {
         let front = FrontIndex::for_capacity(SMALL);
         let n = front.mask + 1;
-        let (hot, cold) = (slot(b"hot"), slot(b"cold"));
-        front.offer(1, &hot);
-        assert!(matches!(front.probe(1, b"hot"), Probe::Hit(_)));
-        front.offer(1 + n, &cold);
+        let (hot, cold) = (slot(1, b"hot"), slot(1 + n, b"cold"));
+        front.offer(&hot);
+        assert!(matches!(probe(&front, &hot), Probe::Hit(_)));
+        front.offer(&cold);
         assert!(
-            matches!(front.probe(1, b"hot"), Probe::Hit(_)),
+            matches!(probe(&front, &hot), Probe::Hit(_)),
             "second chance"
         );
-        front.offer(1 + n, &cold);
-        front.offer(1 + n, &cold);
-        assert!(matches!(front.probe(1 + n, b"cold"), Probe::Hit(_)));
-        assert!(matches!(front.probe(1, b"hot"), Probe::Miss));
+        front.offer(&cold);
+        front.offer(&cold);
+        assert!(matches!(probe(&front, &cold), Probe::Hit(_)));
+        assert!(matches!(probe(&front, &hot), Probe::Miss));
     }
 
     #[test]
     fn one_hit_in_refresh_every_asks_moka() {
         let front = FrontIndex::for_capacity(SMALL);
-        let a = slot(b"a");
-        front.offer(3, &a);
+        let a = slot(3, b"a");
+        front.offer(&a);
         let refreshes = (0..REFRESH_EVERY * 3)
-            .filter(|_| matches!(front.probe(3, b"a"), Probe::HitRefresh(_)))
+            .filter(|_| matches!(probe(&front, &a), Probe::HitRefresh(_)))
             .count();
         assert_eq!(refreshes, 3);
     }

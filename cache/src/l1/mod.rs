@@ -1,0 +1,332 @@
+//! L1: the deserialised, in-memory tier.
+//!
+//! Three parts share one byte budget (`state.l1.capacity`):
+//!
+//! * **moka** holds lists, maps and large values as [`Slot`]s, weighs them
+//!   and decides their eviction (W-TinyLFU);
+//! * the **front index** ([`front`]) finds hot moka slots with one probe
+//!   instead of a moka lookup;
+//! * **compact tables** ([`compact`], held per state as [`table`]) hold small fixed-size values inline
+//!   (a count costs 40 bytes of table instead of ~489 of moka entry). Their
+//!   bytes are charged to moka as *ballast* entries, so moka makes room
+//!   for them as for its own entries; a ballast entry moka evicts anyway
+//!   tells the tables to shrink.
+//!
+//! L1 is write-back: dirty moka slots are remembered in a dirty set
+//! ([`dirty`]), and the dirty slots moka evicts wait in a queue that the
+//! store drains into its L2 write batch right after the moka operation
+//! that evicted them (moka calls its listener inside that operation), so
+//! a dirty entry leaving L1 is never invisible to the next read.
+//! L1 knows nothing of L2: it hands back what leaves it.
+
+pub(crate) mod compact;
+mod dirty;
+pub(crate) mod front;
+pub(crate) mod slot;
+pub(crate) mod table;
+
+use crate::hash::{put_l1_key, KeyBytes, L1Key, PassThrough};
+use crate::sync::lock;
+use dirty::DirtySet;
+use front::{FrontIndex, Probe};
+use moka::notification::RemovalCause;
+pub(crate) use slot::{AnyValue, Slot};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes an L1 entry costs beyond its key and its value's weight: moka's
+/// entry (its hash table slot, entry info and access-order node), the slot,
+/// the shared key and the boxed value. Measured: 1 M `u64` values in moka
+/// raise RSS by 489 bytes each, 32 of them key and value
+/// (`examples/l1_memory.rs` in strata-bench).
+pub(crate) const SLOT_OVERHEAD: u32 = 456;
+
+/// The state id of ballast entries (no declared state has it).
+const BALLAST_STATE: u16 = u16::MAX;
+/// The most one ballast entry weighs (moka weighs entries in `u32`).
+const BALLAST_PIECE: u64 = 1 << 30;
+/// The most of L1 the compact tables together may take: moka keeps the rest.
+pub(crate) const TABLE_SHARE: f64 = 0.875;
+
+/// What moka's eviction listener hands back.
+#[derive(Default)]
+struct Departures {
+    /// Dirty slots moka evicted, waiting for the store's write batch.
+    evicted: Mutex<Vec<Arc<Slot>>>,
+    any: AtomicBool,
+    /// Slots per state moka may hold (inserts less removals told).
+    per_state: Vec<AtomicU64>,
+    /// Set when moka evicted a ballast entry.
+    ballast_lost: AtomicBool,
+}
+
+impl Departures {
+    fn on_removal(&self, slot: Arc<Slot>, cause: RemovalCause) {
+        slot.gone.store(true, Ordering::Release);
+        let state = slot.state();
+        if state == BALLAST_STATE {
+            if cause.was_evicted() {
+                self.ballast_lost.store(true, Ordering::Release);
+            }
+            return;
+        }
+        if let Some(n) = self.per_state.get(usize::from(state)) {
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
+        if cause.was_evicted() && slot.dirty.swap(false, Ordering::AcqRel) {
+            lock(&self.evicted).push(slot);
+            self.any.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// See the module docs.
+pub(crate) struct L1 {
+    moka: moka::sync::Cache<L1Key, Arc<Slot>, PassThrough>,
+    front: FrontIndex,
+    dirty: Mutex<DirtySet>,
+    departures: Arc<Departures>,
+    capacity: u64,
+    /// The ballast entries and what they weigh in all.
+    ballast: Mutex<(Vec<L1Key>, u64)>,
+}
+
+impl L1 {
+    /// An L1 of `capacity` bytes for `states` declared states, of which
+    /// `reserved` bytes are spent beside it (the store's open write batch).
+    pub(crate) fn new(capacity: u64, states: usize, reserved: u64) -> Self {
+        let front = FrontIndex::for_capacity(capacity);
+        let departures = Arc::new(Departures {
+            per_state: (0..states).map(|_| AtomicU64::new(0)).collect(),
+            ..Departures::default()
+        });
+        let listener = departures.clone();
+        // moka stores nothing at capacity 0 and tells no listener, so
+        // dirty entries would vanish; at 1 byte every entry spills to L2.
+        let capacity = capacity.saturating_sub(front.bytes() + reserved).max(1);
+        let moka = moka::sync::Cache::builder()
+            .max_capacity(capacity)
+            .weigher(|k: &L1Key, s: &Arc<Slot>| {
+                (k.bytes().len() as u32)
+                    .saturating_add(s.weight.load(Ordering::Relaxed))
+                    .saturating_add(SLOT_OVERHEAD)
+            })
+            .eviction_listener(move |_k: Arc<L1Key>, s: Arc<Slot>, cause| {
+                listener.on_removal(s, cause)
+            })
+            .build_with_hasher(PassThrough);
+        Self {
+            moka,
+            front,
+            dirty: Mutex::default(),
+            departures,
+            capacity,
+            ballast: Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    /// The slot of `key` if moka holds it: a probe of the front index,
+    /// else one moka lookup. moka runs its housekeeping after the lookup,
+    /// so the very call that found an entry may evict (and spill) it; an
+    /// entry gone by the time the call returns is not returned (a change
+    /// made to it in place would be lost).
+    pub(crate) fn get(&self, key: &KeyBytes) -> Option<Arc<Slot>> {
+        let in_l1 = |slot: &Arc<Slot>| !slot.is_gone();
+        match self.front.probe(key) {
+            Probe::Hit(slot) => return Some(slot),
+            Probe::HitRefresh(slot) => {
+                // Keeps moka's access order near the truth; its
+                // housekeeping may evict the slot meanwhile.
+                let _ = self.moka.get(key);
+                return Some(slot).filter(in_l1);
+            }
+            Probe::Miss => {}
+        }
+        let slot = self.moka.get(key).filter(in_l1)?;
+        self.front.offer(&slot);
+        Some(slot)
+    }
+
+    /// Whether moka may hold an entry of `state` at all (a blind list
+    /// append skips the lookup when it holds none).
+    pub(crate) fn may_hold(&self, state: u16) -> bool {
+        self.departures
+            .per_state
+            .get(usize::from(state))
+            .is_some_and(|n| n.load(Ordering::Relaxed) > 0)
+    }
+
+    /// Whether moka holds `key` (no access recorded).
+    pub(crate) fn contains(&self, key: &KeyBytes) -> bool {
+        self.moka.contains_key(key)
+    }
+
+    /// Puts a slot in moka (replacing what it held of its key), and a
+    /// dirty one in the dirty set.
+    pub(crate) fn insert(&self, slot: Arc<Slot>) {
+        if slot.is_dirty() {
+            self.mark_listed(&slot);
+        }
+        if let Some(n) = self.departures.per_state.get(usize::from(slot.state())) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        self.moka.insert(slot.key.clone(), slot.clone());
+        // moka may have evicted it at once (larger than L1).
+        if !slot.is_gone() {
+            self.front.offer(&slot);
+        }
+    }
+
+    /// Marks a slot dirty, adding it to the dirty set if it was clean.
+    pub(crate) fn mark_dirty(&self, slot: &Arc<Slot>) {
+        if !slot.dirty.swap(true, Ordering::AcqRel) {
+            self.mark_listed(slot);
+        }
+    }
+
+    fn mark_listed(&self, slot: &Arc<Slot>) {
+        lock(&self.dirty).push(slot);
+    }
+
+    /// Removes `key` from moka: gone at once, whenever moka tells its
+    /// listener, so the front index no longer finds it.
+    pub(crate) fn remove(&self, key: &KeyBytes) {
+        if let Some(slot) = self.moka.remove(key) {
+            slot.gone.store(true, Ordering::Release);
+        }
+    }
+
+    /// The dirty slots moka evicted since the last call.
+    pub(crate) fn take_evicted(&self) -> Vec<Arc<Slot>> {
+        if !self.departures.any.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *lock(&self.departures.evicted))
+    }
+
+    /// The dirty set: the slots made dirty since the last call that are
+    /// still in moka and dirty, in key order.
+    pub(crate) fn take_dirty(&self) -> Vec<Arc<Slot>> {
+        lock(&self.dirty).take_live()
+    }
+
+    /// Bytes moka holds by its weigher, ballast included.
+    pub(crate) fn weighted_size(&self) -> u64 {
+        self.moka.weighted_size()
+    }
+
+    /// Bytes the compact tables may take in all.
+    pub(crate) fn table_limit(&self) -> u64 {
+        (self.capacity as f64 * TABLE_SHARE) as u64
+    }
+
+    /// Charges `bytes` of compact tables to moka: sets the ballast to that
+    /// weight (moka evicts its own entries to make room). False if it is
+    /// over [`L1::table_limit`].
+    pub(crate) fn charge_tables(&self, bytes: u64) -> bool {
+        if bytes > self.table_limit() {
+            return false;
+        }
+        let mut ballast = lock(&self.ballast);
+        let pieces = bytes.div_ceil(BALLAST_PIECE) as usize;
+        while ballast.0.len() > pieces {
+            if let Some(key) = ballast.0.pop() {
+                self.moka.invalidate(&key);
+            }
+        }
+        for i in 0..pieces {
+            let weight = (bytes - i as u64 * BALLAST_PIECE).min(BALLAST_PIECE);
+            let key = ballast_key(i as u32);
+            if ballast.0.len() <= i {
+                // A new key of no recorded use would lose moka's admission
+                // (W-TinyLFU) to any entry in use: make it look as used as
+                // the hottest (its sketch counts reads of absent keys).
+                for _ in 0..16 {
+                    let _ = self.moka.get(&key);
+                }
+                self.moka.run_pending_tasks();
+            }
+            let slot = Slot::new(key.clone(), 0, Arc::new(()), weight as usize, false);
+            self.moka.insert(key.clone(), slot);
+            if ballast.0.len() <= i {
+                ballast.0.push(key);
+            }
+        }
+        ballast.1 = bytes;
+        self.departures.ballast_lost.store(false, Ordering::Release);
+        true
+    }
+
+    /// Whether moka evicted ballast since the tables were last charged.
+    pub(crate) fn ballast_lost(&self) -> bool {
+        self.departures.ballast_lost.load(Ordering::Acquire)
+    }
+
+    /// Records an access of the ballast, so that moka's policy sees it as
+    /// hot as the tables' entries are (the tables call it now and then).
+    pub(crate) fn touch_ballast(&self) {
+        let ballast = lock(&self.ballast);
+        for key in &ballast.0 {
+            let _ = self.moka.get(key);
+        }
+    }
+
+    /// Makes moka apply pending evictions (so its size is current).
+    pub(crate) fn settle(&self) {
+        self.moka.run_pending_tasks();
+    }
+
+    /// Bytes of L1 in use: moka's weighted size (the ballast is the
+    /// tables' bytes).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.weighted_size()
+    }
+}
+
+fn ballast_key(index: u32) -> L1Key {
+    let mut buf = Vec::new();
+    put_l1_key(
+        &mut buf,
+        u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        BALLAST_STATE,
+        0,
+        &index.to_be_bytes(),
+        b"",
+    );
+    L1Key::from_bytes(KeyBytes::new(&buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(key: &[u8], weight: usize, dirty: bool) -> Arc<Slot> {
+        let mut buf = Vec::new();
+        put_l1_key(&mut buf, crate::hash::hash_key(key), 0, 0, key, b"");
+        Slot::new(
+            L1Key::from_bytes(KeyBytes::new(&buf)),
+            0,
+            Arc::new(0u64),
+            weight,
+            dirty,
+        )
+    }
+
+    #[test]
+    fn ballast_makes_moka_evict_its_own_entries_and_dirty_ones_come_back() {
+        let l1 = L1::new(1 << 20, 1, 0);
+        for i in 0..500u32 {
+            l1.insert(slot(&i.to_be_bytes(), 1000, true));
+        }
+        l1.settle();
+        let before = l1.weighted_size();
+        assert!(before > 700_000, "{before}");
+        assert!(l1.charge_tables(600_000));
+        l1.settle();
+        let evicted = l1.take_evicted();
+        assert!(!evicted.is_empty());
+        assert!(evicted.iter().all(|s| s.is_gone() && !s.is_dirty()));
+        assert!(l1.weighted_size() <= l1.capacity);
+        assert!(!l1.charge_tables(l1.capacity), "over the tables' share");
+    }
+}
