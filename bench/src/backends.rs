@@ -52,6 +52,10 @@ pub trait Backend: Send {
     fn l3_requests(&self) -> Option<u64> {
         None
     }
+    /// What RocksDB did, where the backend uses RocksDB.
+    fn l2_report(&self) -> Option<strata_cache::L2Report> {
+        None
+    }
     /// Called after the last event: a backend that checkpoints takes a last
     /// checkpoint, stops checkpointing and returns its checkpoint figures.
     fn finish(&mut self) -> Result<Option<CheckpointFigures>, BenchError> {
@@ -230,6 +234,10 @@ impl Backend for Embedded {
         Some(stats.reads + stats.writes)
     }
 
+    fn l2_report(&self) -> Option<strata_cache::L2Report> {
+        Some(self.store.l2_report())
+    }
+
     fn finish(&mut self) -> Result<Option<CheckpointFigures>, BenchError> {
         let Some(mut c) = self.checkpoints.take() else {
             return Ok(None);
@@ -247,8 +255,12 @@ impl Backend for Embedded {
 /// Its lists are not trimmed by TTL (strata's are), which spares it work.
 pub struct RocksDbRaw {
     db: rocksdb::DB,
+    /// The options it was opened with (they hold its statistics).
+    opts: rocksdb::Options,
     write: rocksdb::WriteOptions,
     form: Form,
+    /// Bytes handed to RocksDB per column family (history, count).
+    user_bytes: [u64; 2],
 }
 
 fn concat(_: &[u8], existing: Option<&[u8]>, ops: &rocksdb::MergeOperands) -> Option<Vec<u8>> {
@@ -275,8 +287,10 @@ impl RocksDbRaw {
         write.disable_wal(true);
         Ok(Self {
             db: rocksdb::DB::open_cf_descriptors(&opts, dir, [cf("history"), cf("count")])?,
+            opts,
             write,
             form: w.form,
+            user_bytes: [0; 2],
         })
     }
 
@@ -289,14 +303,16 @@ impl Backend for RocksDbRaw {
     fn apply(&mut self, user: u64, event: Event) -> Result<(), BenchError> {
         let key = user.to_be_bytes();
         let history = self.cf("history")?;
-        match self.form {
+        let written = match self.form {
             Form::ListAdd => {
                 let body = postcard::to_stdvec(&event)?;
                 let mut element = Vec::with_capacity(body.len() + 12);
                 element.extend_from_slice(&event.ts.to_be_bytes());
                 element.extend_from_slice(&(body.len() as u32).to_be_bytes());
                 element.extend_from_slice(&body);
+                let n = element.len();
                 self.db.merge_cf_opt(&history, key, element, &self.write)?;
+                n
             }
             Form::Naive => {
                 let mut recent: Vec<Event> = match self.db.get_pinned_cf(&history, key)? {
@@ -307,11 +323,15 @@ impl Backend for RocksDbRaw {
                 if recent.len() > KEEP_NAIVE {
                     recent.remove(0);
                 }
-                self.db
-                    .put_cf_opt(&history, key, postcard::to_stdvec(&recent)?, &self.write)?;
+                let bytes = postcard::to_stdvec(&recent)?;
+                let n = bytes.len();
+                self.db.put_cf_opt(&history, key, bytes, &self.write)?;
+                n
             }
-        }
+        };
         drop(history);
+        self.user_bytes[0] += written as u64;
+        self.user_bytes[1] += 8;
         let n = self.count(user)?;
         let count = self.cf("count")?;
         Ok(self
@@ -329,6 +349,22 @@ impl Backend for RocksDbRaw {
                 None => 0,
             },
         )
+    }
+
+    fn l2_report(&self) -> Option<strata_cache::L2Report> {
+        let columns = |name: &'static str, user_bytes| strata_cache::StateColumns {
+            name,
+            column_families: vec![name.to_owned()],
+            user_bytes,
+        };
+        Some(strata_cache::L2Report::of_rocksdb(
+            &self.db,
+            &self.opts,
+            &[
+                columns("history", self.user_bytes[0]),
+                columns("count", self.user_bytes[1]),
+            ],
+        ))
     }
 
     fn history(&mut self, user: u64) -> Result<Option<Vec<Event>>, BenchError> {

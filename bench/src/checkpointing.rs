@@ -45,6 +45,11 @@ pub struct CheckpointFigures {
     pub last_bytes: u64,
     /// Mean bytes a checkpoint newly stored (its incremental size).
     pub mean_new_bytes: f64,
+    /// Events/s while a checkpoint ran divided by events/s between
+    /// checkpoints (the final checkpoint, after the last event, left out;
+    /// `None` when no checkpoint ran during the input).
+    #[serde(default)]
+    pub during_ratio: Option<f64>,
 }
 
 impl CheckpointFigures {
@@ -118,6 +123,7 @@ impl Checkpointing {
             max_ms: ms,
             last_bytes: 0,
             mean_new_bytes: upload.new_bytes as f64,
+            during_ratio: None,
         });
         self.figures.last_bytes = last_bytes;
         self.last_events = Some(events);

@@ -21,9 +21,72 @@ use crate::workload::{Form, Workload};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The peer's directory in this repository.
-pub fn peer_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/flink")
+/// The peer's directory: `given` (`--flink-peer`), else
+/// `bench/peers/flink` of the first checkout found from the current
+/// directory upwards, else of `$STRATA_ROOT`. Never a path fixed at build
+/// time: the binary may have been built in another clone.
+///
+/// Errors: no such directory holds a `run.sh`.
+pub fn peer_dir(given: Option<&Path>) -> Result<PathBuf, BenchError> {
+    let has_script = |d: &Path| d.join("run.sh").is_file();
+    if let Some(d) = given {
+        return if has_script(d) {
+            Ok(d.to_owned())
+        } else {
+            Err(format!("--flink-peer {}: no run.sh there", d.display()).into())
+        };
+    }
+    let cwd = std::env::current_dir()?;
+    let root = std::env::var_os("STRATA_ROOT").map(PathBuf::from);
+    cwd.ancestors()
+        .chain(root.as_deref())
+        .map(|d| d.join("bench/peers/flink"))
+        .find(|d| has_script(d))
+        .ok_or_else(|| {
+            format!(
+                "no Flink peer (bench/peers/flink/run.sh) above {}: run from a strata checkout or pass --flink-peer DIR",
+                cwd.display()
+            )
+            .into()
+        })
+}
+
+/// How the peer's RocksDB is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tuning {
+    /// Flink's defaults (mode `flink`).
+    Defaults,
+    /// The options strata's L2 and `rocksdb-raw` use that do not depend on
+    /// strata's layout (mode `flink-tuned`), as Flink configuration keys.
+    Mirrored,
+}
+
+impl Tuning {
+    /// The tuning of a Flink mode; `None` for strata's modes.
+    pub fn of(mode: crate::runner::Mode) -> Option<Self> {
+        match mode {
+            crate::runner::Mode::Flink => Some(Tuning::Defaults),
+            crate::runner::Mode::FlinkTuned => Some(Tuning::Mirrored),
+            _ => None,
+        }
+    }
+
+    /// Flink configuration (`key=value`, comma-separated) the peer adds to
+    /// its own: [`strata_cache::l2_cf_options`] and
+    /// [`strata_cache::l2_db_options`] in Flink's terms.
+    fn conf(self) -> &'static str {
+        match self {
+            Tuning::Defaults => "",
+            Tuning::Mirrored => concat!(
+                "state.backend.rocksdb.compression.per.level=",
+                "NO_COMPRESSION;NO_COMPRESSION;LZ4_COMPRESSION;LZ4_COMPRESSION;",
+                "LZ4_COMPRESSION;LZ4_COMPRESSION;LZ4_COMPRESSION,",
+                "state.backend.rocksdb.use-bloom-filter=true,",
+                "state.backend.rocksdb.bloom-filter.bits-per-key=10,",
+                "state.backend.rocksdb.thread.num=2"
+            ),
+        }
+    }
 }
 
 /// Why the peer cannot run this workload, if it cannot.
@@ -67,11 +130,20 @@ fn java_17() -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Runs the peer on `w` (results under `out/flink`) and reads its figures.
+/// Runs the peer in `peer` on `w` with `tuning` (results in `out`) and
+/// reads its figures.
 ///
 /// Errors: the peer's run failing or printing no result.
-pub fn run(w: &Workload, out: &Path) -> Result<ModeReport, BenchError> {
-    let results = out.join("flink-results.tsv");
+pub fn run(
+    w: &Workload,
+    out: &Path,
+    peer: &Path,
+    tuning: Tuning,
+) -> Result<ModeReport, BenchError> {
+    let results = out.join(match tuning {
+        Tuning::Defaults => "flink-results.tsv",
+        Tuning::Mirrored => "flink-tuned-results.tsv",
+    });
     if results.exists() {
         std::fs::remove_file(&results)?;
     }
@@ -80,7 +152,7 @@ pub fn run(w: &Workload, out: &Path) -> Result<ModeReport, BenchError> {
         Form::Naive => "B",
     };
     let dist = if w.zipf == 0.0 { "uniform" } else { "zipf" };
-    let script = peer_dir().join("run.sh");
+    let script = peer.join("run.sh");
     eprintln!(
         "strata-bench: flink: running {} (installs Flink from PyPI on first use)",
         script.display()
@@ -93,12 +165,19 @@ pub fn run(w: &Workload, out: &Path) -> Result<ModeReport, BenchError> {
         .env("REPS", "1")
         .env("RUNS", format!("rocksdb:{form}:{dist}"))
         .env("RESULTS", &results)
+        .env("BENCH_FLINK_CONF", tuning.conf())
         .stdout(std::process::Stdio::inherit())
         .status()?;
     if !status.success() {
         return Err(format!("the Flink peer failed ({status})").into());
     }
-    parse(&std::fs::read_to_string(&results)?, w)
+    let mut report = parse(&std::fs::read_to_string(&results)?, w)?;
+    if tuning == Tuning::Mirrored {
+        report.external = report
+            .external
+            .map(|e| format!("{e}; RocksDB options mirrored from strata's L2"));
+    }
+    Ok(report)
 }
 
 /// The report of the peer's results file (a header and one row).

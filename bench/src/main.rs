@@ -105,6 +105,11 @@ struct Args {
     /// Cassandra/ScyllaDB node of the `l3` and `cassandra-per-record` modes.
     #[arg(long, default_value = "127.0.0.1:9042")]
     cassandra: String,
+    /// The Flink peer's directory (its `run.sh`) for the `flink` and
+    /// `flink-tuned` modes (default: `bench/peers/flink` of the checkout
+    /// holding the current directory, or of `$STRATA_ROOT`).
+    #[arg(long)]
+    flink_peer: Option<PathBuf>,
     /// Internal: run one mode and print its report as JSON.
     #[arg(long, hide = true)]
     child: Option<Mode>,
@@ -210,6 +215,7 @@ fn run(args: &Args) -> Result<(), backends::BenchError> {
                 workload: &args.workload(),
                 recovery: !args.no_recovery,
                 cassandra: &args.cassandra,
+                flink_peer: args.flink_peer.as_deref(),
             },
             std::env::args().skip(1).collect(),
         ),

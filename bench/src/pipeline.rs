@@ -158,6 +158,9 @@ pub fn run(
     .checkpoint_dir(checkpoints(dir));
     let done = AtomicBool::new(false);
     let started = Instant::now();
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let (outcome, timeline) = std::thread::scope(|s| {
         let log = ProgressLog::callback(Mode::Pipeline, w.events);
         let sampler = s.spawn(|| sample_until(&done, std::slice::from_ref(&*gauges), started, log));
@@ -188,7 +191,8 @@ pub fn run(
         l2_hit_ratio: Some(t.l2_hit_ratio()),
         l1_bytes: Some(t.l1_bytes),
         l2_bytes: Some(t.l2_bytes),
-        checkpoints: Some(figures(&job.checkpoints)),
+        checkpoints: Some(figures(&job.checkpoints, started_ms, &timeline)),
+        l2: Some(job.l2.clone()),
         timeline,
         ..ModeReport::default()
     };
@@ -200,10 +204,25 @@ fn per_worker(w: &Workload) -> Vec<u64> {
     (0..w.threads).map(|t| w.events_of(t)).collect()
 }
 
-/// The runtime's checkpoints in the harness's terms.
-fn figures(all: &[strata_runtime::checkpoint::CheckpointStats]) -> CheckpointFigures {
+/// The runtime's checkpoints in the harness's terms; `started_ms` is when
+/// the run began (ms since the Unix epoch), `timeline` its samples.
+fn figures(
+    all: &[strata_runtime::checkpoint::CheckpointStats],
+    started_ms: u64,
+    timeline: &[crate::timeline::Sample],
+) -> CheckpointFigures {
     let n = all.len().max(1) as f64;
+    // Each checkpoint but the final one (it follows the last event).
+    let windows: Vec<(f64, f64)> = all
+        .iter()
+        .take(all.len().saturating_sub(1))
+        .map(|c| {
+            let end = c.completed_at_ms.saturating_sub(started_ms) as f64 / 1000.0;
+            (end - c.duration_ms as f64 / 1000.0, end)
+        })
+        .collect();
     CheckpointFigures {
+        during_ratio: crate::timeline::rate_ratio(timeline, &windows),
         count: all.len() as u64,
         mean_ms: all.iter().map(|c| c.duration_ms as f64).sum::<f64>() / n,
         max_ms: all.iter().map(|c| c.duration_ms as f64).fold(0.0, f64::max),

@@ -175,6 +175,11 @@ fn throughput(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
     modes
         .iter()
         .map(|(name, m)| {
+            if m.timeline.is_empty() {
+                let why =
+                    format!("{name}: no timeline (the peer reports only its totals), not drawn");
+                return (why, Vec::new());
+            }
             if left_out(modes, m) {
                 let why = format!("{name}: done in {:.1} s, not drawn", duration(m));
                 return (why, Vec::new());

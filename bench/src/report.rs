@@ -26,6 +26,8 @@ pub struct Plan<'a> {
     pub recovery: bool,
     /// The Cassandra node of the modes that need one.
     pub cassandra: &'a str,
+    /// `--flink-peer`, if given.
+    pub flink_peer: Option<&'a Path>,
 }
 
 #[derive(Serialize)]
@@ -202,13 +204,17 @@ fn run_modes(
 ) -> Result<BTreeMap<String, ModeReport>, BenchError> {
     let mut results = BTreeMap::new();
     for &mode in plan.modes {
-        let report = if mode == Mode::Flink {
+        let report = if let Some(tuning) = crate::flink::Tuning::of(mode) {
             if let Some(why) = crate::flink::unavailable(plan.workload) {
-                eprintln!("strata-bench: notice: mode flink skipped: {why}");
+                eprintln!(
+                    "strata-bench: notice: mode {} skipped: {why}",
+                    mode_name(mode)
+                );
                 results.insert(mode_name(mode), skipped(why));
                 continue;
             }
-            crate::flink::run(plan.workload, plan.out)?
+            let peer = crate::flink::peer_dir(plan.flink_peer)?;
+            crate::flink::run(plan.workload, plan.out, &peer, tuning)?
         } else {
             run_mode(mode, plan, args, run_id)?
         };
@@ -400,12 +406,12 @@ fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
         );
     }
     md += "\n## Tiers, checkpoints and recovery\n\n\
-           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | key moves to L3 | L3 requests/s | checkpoints (all workers) | checkpoint ms mean / max | last checkpoint MB (all workers) | new MB per checkpoint (mean, one worker) | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+           | mode | L1 hit | L2 hit | L3 hit | L1 MB | L2 MB | L3 MB moved | key moves to L3 | L3 requests/s | checkpoints (all workers) | checkpoint ms mean / max | last checkpoint MB (all workers) | new MB per checkpoint (mean, one worker) | events/s during ÷ between checkpoints | restore after SIGKILL ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (name, e) in r.modes.iter().filter(|(_, e)| e.report.l1_bytes.is_some()) {
         let m = &e.report;
         let c = m.checkpoints.as_ref();
         md += &format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |\n",
             pct(m.l1_hit_ratio),
             pct(m.l2_hit_ratio),
             pct(m.l3_hit_ratio),
@@ -419,15 +425,46 @@ fn markdown(r: &Report<'_>, plots: &[crate::plots::Plot]) -> String {
             num(c.map(|c| c.max_ms), 0),
             mb(c.map(|c| c.last_bytes)),
             num(c.map(|c| c.mean_new_bytes / 1e6), 1),
+            num(c.and_then(|c| c.during_ratio), 2),
             num(m.recovery.as_ref().map(|r| r.restore_ms), 0),
         );
     }
+    md += &rocksdb_table(r);
     if !plots.is_empty() {
         let list: Vec<String> = plots
             .iter()
             .map(|p| format!("`{}` ({})", p.file, p.title))
             .collect();
         md += &format!("\nPlots: {}.\n", list.join(", "));
+    }
+    md
+}
+
+/// RocksDB's figures per mode and state: bytes handed to it, bytes it
+/// wrote (flushes, compactions, blob files) and their ratio (write
+/// amplification), live SST bytes per level and blob bytes; then the
+/// mode's compaction CPU and stall time.
+fn rocksdb_table(r: &Report<'_>) -> String {
+    let mut md = "\n## RocksDB\n\n\
+        | mode | state | user MB | written MB | write amplification | SST MB per level (L0, L1, …) | blob MB | compaction CPU s | stall s |\n|---|---|---|---|---|---|---|---|---|\n"
+        .to_owned();
+    let mb = |b: u64| format!("{:.1}", b as f64 / 1e6);
+    for (name, e) in &r.modes {
+        let Some(l2) = &e.report.l2 else { continue };
+        for s in &l2.states {
+            let levels: Vec<String> = s.sst_bytes_per_level.iter().map(|&b| mb(b)).collect();
+            md += &format!(
+                "| {name} | {} | {} | {} | {:.2} | {} | {} | {:.1} | {:.1} |\n",
+                s.name,
+                mb(s.user_bytes),
+                mb(s.written_bytes),
+                s.write_amplification(),
+                levels.join(", "),
+                mb(s.blob_bytes),
+                l2.compaction_cpu_s,
+                l2.stall_s,
+            );
+        }
     }
     md
 }

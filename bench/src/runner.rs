@@ -38,6 +38,11 @@ pub enum Mode {
     /// The same workload as an Apache Flink 2.3 job with its RocksDB state
     /// backend (see [`crate::flink`]); needs Java 17.
     Flink,
+    /// The Flink peer with the RocksDB options of strata's L2 (and of
+    /// `rocksdb-raw`) that do not depend on strata's layout: no
+    /// compression on L0 and L1, LZ4 below, a 10-bit bloom filter, two
+    /// background jobs (see [`crate::flink::Tuning`]).
+    FlinkTuned,
 }
 
 impl Mode {
@@ -128,6 +133,9 @@ pub struct ModeReport {
     /// Checkpoints (tiered modes).
     #[serde(default)]
     pub checkpoints: Option<CheckpointFigures>,
+    /// What RocksDB did (the modes that use it).
+    #[serde(default)]
+    pub l2: Option<strata_cache::L2Report>,
     /// The restore after SIGKILL (tiered modes, filled in by the parent).
     #[serde(default)]
     pub recovery: Option<Recovery>,
@@ -156,7 +164,9 @@ fn open(
         Mode::RocksdbRaw => Box::new(RocksDbRaw::open(dir, w, budget)?),
         Mode::Memory => Box::new(Memory::new(w)),
         Mode::CassandraPerRecord => Box::new(PerRecord::open(target, w)?),
-        Mode::Flink => return Err("mode flink runs the Flink peer, not a backend here".into()),
+        Mode::Flink | Mode::FlinkTuned => {
+            return Err("the flink modes run the Flink peer, not a backend here".into())
+        }
         Mode::Pipeline => return Err("mode pipeline runs the runtime, not a backend here".into()),
     })
 }
@@ -197,6 +207,7 @@ pub struct Worker {
     tiers: Option<TierStats>,
     l3_requests: Option<u64>,
     checkpoints: Option<CheckpointFigures>,
+    l2: Option<strata_cache::L2Report>,
     backend: Box<dyn Backend>,
 }
 
@@ -304,8 +315,10 @@ fn work(
     // The tier figures of the run, before the verification reads.
     let tiers = backend.tiers();
     let l3_requests = backend.l3_requests();
+    let l2 = backend.l2_report();
     Ok(Worker {
         l3_requests,
+        l2,
         histogram,
         elapsed,
         events: applied,
@@ -418,6 +431,7 @@ pub fn run(
     let mut backends = Vec::new();
     let mut applied = Vec::new();
     let mut l3_requests = None::<u64>;
+    let mut l2 = None::<strata_cache::L2Report>;
     for worker in workers {
         let worker = worker?;
         secs = secs.max(worker.elapsed.as_secs_f64());
@@ -434,6 +448,10 @@ pub fn run(
             checkpoints
                 .get_or_insert_with(CheckpointFigures::default)
                 .merge(&c);
+        }
+        if let Some(r) = worker.l2 {
+            l2.get_or_insert_with(strata_cache::L2Report::default)
+                .merge(&r);
         }
         backends.push(worker.backend);
     }
@@ -463,6 +481,7 @@ pub fn run(
         l3_bytes: l3.map(|t| t.l3_evicted_bytes),
         l3_requests_per_sec: l3_requests.map(|n| n as f64 / secs),
         checkpoints,
+        l2,
         recovery: None,
         latency_cdf: latency_cdf(&histogram),
         timeline,

@@ -95,3 +95,57 @@ pub fn memory(field: &str) -> u64 {
         })
         .map_or(0, |kb| kb * 1024)
 }
+
+/// How fast events went during the given windows (checkpoints: start and
+/// end, seconds since the run started) against the rest of the run: the
+/// mean rate of the one-second samples that overlap a window divided by
+/// the mean rate of the others, the first and last second left out (the
+/// start and the end of the input). `None` without samples of both kinds.
+pub fn rate_ratio(samples: &[Sample], windows: &[(f64, f64)]) -> Option<f64> {
+    let rates: Vec<(f64, f64, f64)> = samples
+        .windows(2)
+        .map(|w| {
+            let dt = (w[1].secs - w[0].secs).max(1e-9);
+            (
+                w[0].secs,
+                w[1].secs,
+                (w[1].events - w[0].events) as f64 / dt,
+            )
+        })
+        .collect();
+    let inner = rates.get(1..rates.len().saturating_sub(1))?;
+    let (mut during, mut between) = (Vec::new(), Vec::new());
+    for &(from, to, rate) in inner {
+        let overlaps = windows.iter().any(|&(a, b)| a < to && b > from);
+        if overlaps { &mut during } else { &mut between }.push(rate);
+    }
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    Some(mean(&during)? / mean(&between)?)
+}
+
+#[cfg(test)]
+mod ratio_tests {
+    use super::*;
+
+    fn sample(secs: f64, events: u64) -> Sample {
+        Sample {
+            secs,
+            events,
+            ..Sample::default()
+        }
+    }
+
+    #[test]
+    fn the_rate_during_windows_is_compared_with_the_rest() {
+        // 100/s, except 50/s in the fourth second, which a window overlaps.
+        let counts = [0, 100, 200, 300, 350, 450, 550, 600];
+        let samples: Vec<Sample> = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| sample(i as f64, e))
+            .collect();
+        let ratio = rate_ratio(&samples, &[(3.2, 3.8)]).unwrap();
+        assert!((ratio - 0.5).abs() < 1e-9, "{ratio}");
+        assert_eq!(rate_ratio(&samples, &[]), None);
+    }
+}
