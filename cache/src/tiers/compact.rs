@@ -135,7 +135,7 @@ where
         if tiers.l1.charge_tables(others + bytes) {
             *table = table.resized(grown);
         } else {
-            table.evict_one(&mut |e| spill(open, spill_buf, state, e, &name))?;
+            table.evict_near(key.hash(), &mut |e| spill(open, spill_buf, state, e, &name))?;
         }
     }
     table.insert(key.hash(), key.key_group(), record_key, ts, value, dirty);
