@@ -79,6 +79,8 @@ struct Queue {
     jobs: VecDeque<Job>,
     /// Bytes of the queued batches.
     bytes: usize,
+    /// Bytes of those that hold a checkpoint's capture of the dirty set.
+    captured: usize,
     /// Run jobs queued (a checkpoint's RocksDB part among them).
     runs: usize,
     stopped: bool,
@@ -102,7 +104,10 @@ impl Pending {
             return;
         }
         match &job {
-            Job::Batch(b) => q.bytes += b.bytes(),
+            Job::Batch(b) => {
+                q.bytes += b.bytes();
+                q.captured += if b.captured { b.bytes() } else { 0 };
+            }
             Job::Run(_) => q.runs += 1,
             Job::Stop => {}
         }
@@ -112,11 +117,15 @@ impl Pending {
 
     /// Waits until the queued batches hold at most `bytes`, or — while
     /// a run job (a checkpoint's RocksDB part) is queued, which holds the
-    /// writer up for a while — at most `bytes_during_run`.
+    /// writer up for a while — at most `bytes_during_run`. A checkpoint's
+    /// capture of the dirty set does not count: it is bounded by L1's
+    /// dirty entries, and the writer takes it while processing goes on
+    /// (the asynchronous part of the checkpoint), so only what processing
+    /// hands over after it holds processing back.
     pub(crate) fn wait_below(&self, bytes: usize, bytes_during_run: usize) {
         let mut q = lock(&self.queue);
         let limit = |q: &Queue| if q.runs > 0 { bytes_during_run } else { bytes };
-        while q.bytes > limit(&q) && !q.stopped {
+        while q.bytes - q.captured > limit(&q) && !q.stopped {
             q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -139,7 +148,10 @@ impl Pending {
     pub(crate) fn pop(&self) {
         let mut q = lock(&self.queue);
         match q.jobs.pop_front() {
-            Some(Job::Batch(b)) => q.bytes -= b.bytes(),
+            Some(Job::Batch(b)) => {
+                q.bytes -= b.bytes();
+                q.captured -= if b.captured { b.bytes() } else { 0 };
+            }
             Some(Job::Run(_)) => q.runs -= 1,
             _ => {}
         }
@@ -174,7 +186,7 @@ impl Drop for Stopping<'_> {
                 task.set(Err(StateError::Config("the L2 writer has stopped".into())));
             }
         }
-        (q.bytes, q.runs) = (0, 0);
+        (q.bytes, q.captured, q.runs) = (0, 0, 0);
         self.0.changed.notify_all();
     }
 }
@@ -205,5 +217,44 @@ pub(crate) fn run(l2: Arc<L2>) {
             }
             Job::Stop => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::{put_l1_key, KeyBytes};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn batch(bytes: usize, captured: bool) -> Arc<Batch> {
+        let mut key = Vec::new();
+        put_l1_key(&mut key, 7, 0, 0, b"k", b"");
+        let mut b = Batch::default();
+        b.push(KeyBytes::new(&key), crate::l2::batch::Op::Put, &vec![0; bytes]);
+        b.captured = captured;
+        Arc::new(b)
+    }
+
+    #[test]
+    fn a_checkpoints_capture_does_not_hold_processing_back_but_later_batches_do() {
+        let pending = Pending::default();
+        pending.push(Job::Batch(batch(1 << 20, true)));
+        // Only the capture is queued: processing goes on.
+        pending.wait_below(1 << 10, 1 << 10);
+        pending.push(Job::Batch(batch(1 << 20, false)));
+        let waited = Arc::new(AtomicBool::new(true));
+        std::thread::scope(|s| {
+            let w = waited.clone();
+            let p = &pending;
+            s.spawn(move || {
+                p.wait_below(1 << 10, 1 << 10);
+                w.store(false, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(waited.load(Ordering::SeqCst), "an ordinary batch holds it back");
+            pending.pop();
+            pending.pop();
+        });
+        assert!(!waited.load(Ordering::SeqCst));
     }
 }
