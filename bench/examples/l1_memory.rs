@@ -17,8 +17,14 @@
 //! far smaller than what is written, 4,000,000 counts and 400,000 lists of
 //! ten elements: the RSS growth against `state.l1.capacity` (it must stay
 //! within 25 %; RocksDB's 8 MB and the write batches count too).
+//!
+//! It allocates with jemalloc, as the `strata` binary and strata-bench do.
 
 use strata_cache::{StateDescriptor, StateStore};
+
+/// The allocator of the `strata` binary, so that the bytes are those users get.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// The resident set of this process, bytes (Linux).
 fn rss() -> u64 {

@@ -12,6 +12,11 @@
 //!   for them as for its own entries; a ballast entry moka evicts anyway
 //!   tells the tables to shrink.
 //!
+//! A list or value changed in place keeps the weight moka recorded when it
+//! was inserted; what it grew by since is charged to the ballast too (in
+//! steps of 1/256 of L1, at most 1 MiB), so L1's real bytes stay within its budget without
+//! a moka insertion per append ([`L1::regrow`]).
+//!
 //! L1 is write-back: dirty moka slots are remembered in a dirty set
 //! ([`dirty`]), and the dirty slots moka evicts wait in a queue that the
 //! store drains into its L2 write batch right after the moka operation
@@ -31,7 +36,7 @@ use dirty::DirtySet;
 use front::{FrontIndex, Probe};
 use moka::notification::RemovalCause;
 pub(crate) use slot::{AnyValue, Slot};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Bytes an L1 entry costs beyond its key and its value's weight: moka's
@@ -58,11 +63,15 @@ struct Departures {
     per_state: Vec<AtomicU64>,
     /// Set when moka evicted a ballast entry.
     ballast_lost: AtomicBool,
+    /// The `extra` bytes of the slots moka holds, in all.
+    growth: AtomicI64,
 }
 
 impl Departures {
     fn on_removal(&self, slot: Arc<Slot>, cause: RemovalCause) {
-        slot.gone.store(true, Ordering::Release);
+        slot.gone.store(true, Ordering::SeqCst);
+        let extra = slot.extra.swap(0, Ordering::SeqCst);
+        self.growth.fetch_sub(i64::from(extra), Ordering::SeqCst);
         let state = slot.state();
         if state == BALLAST_STATE {
             if cause.was_evicted() {
@@ -87,8 +96,18 @@ pub(crate) struct L1 {
     dirty: Mutex<DirtySet>,
     departures: Arc<Departures>,
     capacity: u64,
-    /// The ballast entries and what they weigh in all.
-    ballast: Mutex<(Vec<L1Key>, u64)>,
+    ballast: Mutex<Ballast>,
+}
+
+/// The ballast: moka entries that weigh what L1 holds outside moka's own
+/// weights — the compact tables, and the growth of values changed in place.
+#[derive(Default)]
+struct Ballast {
+    keys: Vec<L1Key>,
+    /// The compact tables' bytes.
+    tables: u64,
+    /// The growth charged (see [`L1::regrow`]).
+    growth: u64,
 }
 
 impl L1 {
@@ -121,7 +140,7 @@ impl L1 {
             dirty: Mutex::default(),
             departures,
             capacity,
-            ballast: Mutex::new((Vec::new(), 0)),
+            ballast: Mutex::default(),
         }
     }
 
@@ -221,23 +240,65 @@ impl L1 {
     }
 
     /// Charges `bytes` of compact tables to moka: sets the ballast to that
-    /// weight (moka evicts its own entries to make room). False if it is
-    /// over [`L1::table_limit`].
+    /// weight, plus the growth (moka evicts its own entries to make room).
+    /// False if it is over [`L1::table_limit`].
     pub(crate) fn charge_tables(&self, bytes: u64) -> bool {
         if bytes > self.table_limit() {
             return false;
         }
         let mut ballast = lock(&self.ballast);
+        ballast.tables = bytes;
+        self.charge(&mut ballast);
+        self.departures.ballast_lost.store(false, Ordering::Release);
+        true
+    }
+
+    /// Records that `slot`'s value weighs `weight` now. `false` if that is
+    /// too far from the weight moka recorded (over 16 times, or under
+    /// half): the caller puts a [`Slot::reweighed`] copy in moka instead.
+    /// Else the growth is charged to the ballast, which moka is told of
+    /// once the growth of all slots moved by a step (so that appends to a
+    /// list L1 holds cost no moka insertion each; moka's own weight of an
+    /// entry only decides how much room its eviction makes, and the
+    /// listener takes the entry's growth off the ballast then).
+    pub(crate) fn regrow(&self, slot: &Slot, weight: usize) -> bool {
+        let recorded = slot.weight();
+        if weight > 16 * recorded.max(64) || 2 * weight < recorded {
+            return false;
+        }
+        let extra = weight.saturating_sub(recorded).min(u32::MAX as usize) as u32;
+        let before = slot.extra.swap(extra, Ordering::SeqCst);
+        let d = &self.departures;
+        d.growth
+            .fetch_add(i64::from(extra) - i64::from(before), Ordering::SeqCst);
+        if slot.is_gone() {
+            // Removed meanwhile: its listener may have missed this extra.
+            let left = slot.extra.swap(0, Ordering::SeqCst);
+            d.growth.fetch_sub(i64::from(left), Ordering::SeqCst);
+        }
+        let growth = d.growth.load(Ordering::Relaxed).max(0) as u64;
+        let step = (self.capacity / 256).clamp(64 << 10, 1 << 20);
+        let mut ballast = lock(&self.ballast);
+        if growth.abs_diff(ballast.growth) >= step {
+            self.charge(&mut ballast);
+        }
+        true
+    }
+
+    /// Sets the ballast to the tables' bytes plus the growth.
+    fn charge(&self, ballast: &mut Ballast) {
+        ballast.growth = self.departures.growth.load(Ordering::SeqCst).max(0) as u64;
+        let bytes = ballast.tables + ballast.growth;
         let pieces = bytes.div_ceil(BALLAST_PIECE) as usize;
-        while ballast.0.len() > pieces {
-            if let Some(key) = ballast.0.pop() {
+        while ballast.keys.len() > pieces {
+            if let Some(key) = ballast.keys.pop() {
                 self.moka.invalidate(&key);
             }
         }
         for i in 0..pieces {
             let weight = (bytes - i as u64 * BALLAST_PIECE).min(BALLAST_PIECE);
             let key = ballast_key(i as u32);
-            if ballast.0.len() <= i {
+            if ballast.keys.len() <= i {
                 // A new key of no recorded use would lose moka's admission
                 // (W-TinyLFU) to any entry in use: make it look as used as
                 // the hottest (its sketch counts reads of absent keys).
@@ -248,13 +309,10 @@ impl L1 {
             }
             let slot = Slot::new(key.clone(), 0, Arc::new(()), weight as usize, false);
             self.moka.insert(key.clone(), slot);
-            if ballast.0.len() <= i {
-                ballast.0.push(key);
+            if ballast.keys.len() <= i {
+                ballast.keys.push(key);
             }
         }
-        ballast.1 = bytes;
-        self.departures.ballast_lost.store(false, Ordering::Release);
-        true
     }
 
     /// Whether moka evicted ballast since the tables were last charged.
@@ -266,7 +324,7 @@ impl L1 {
     /// hot as the tables' entries are (the tables call it now and then).
     pub(crate) fn touch_ballast(&self) {
         let ballast = lock(&self.ballast);
-        for key in &ballast.0 {
+        for key in &ballast.keys {
             let _ = self.moka.get(key);
         }
     }
@@ -328,5 +386,46 @@ mod tests {
         assert!(evicted.iter().all(|s| s.is_gone() && !s.is_dirty()));
         assert!(l1.weighted_size() <= l1.capacity);
         assert!(!l1.charge_tables(l1.capacity), "over the tables' share");
+    }
+
+    #[test]
+    fn growth_in_place_is_charged_and_leaves_with_its_entry() {
+        let l1 = L1::new(64 << 20, 1, 0);
+        let slots: Vec<_> = (0..100u32)
+            .map(|i| slot(&i.to_be_bytes(), 1000, false))
+            .collect();
+        for s in &slots {
+            l1.insert(s.clone());
+        }
+        l1.settle();
+        let before = l1.weighted_size();
+        // Each value grows to 10x in place: within what moka keeps.
+        for s in &slots {
+            assert!(l1.regrow(s, 10_000));
+        }
+        l1.settle();
+        let grown = l1.weighted_size() - before;
+        let step = (64 << 20) / 256;
+        assert!(
+            grown + step >= 100 * 9000 && grown <= 100 * 9000,
+            "growth charged within a step: {grown}"
+        );
+        // Over 16x (or under half) moka must re-weigh the entry.
+        assert!(!l1.regrow(&slots[0], 1000 * 16 * 2));
+        assert!(!l1.regrow(&slots[0], 400));
+        for (i, _) in slots.iter().enumerate() {
+            let mut buf = Vec::new();
+            let key = (i as u32).to_be_bytes();
+            put_l1_key(&mut buf, crate::hash::hash_key(&key), 0, 0, &key, b"");
+            l1.remove(KeyBytes::new(&buf));
+        }
+        l1.settle();
+        assert!(l1.regrow(&slot(b"other", 1000, false), 1000));
+        l1.settle();
+        assert!(
+            l1.weighted_size() < before,
+            "the removed entries' growth left the ballast: {} of {before}",
+            l1.weighted_size()
+        );
     }
 }

@@ -16,6 +16,10 @@ pub(crate) struct Slot {
     ts: AtomicI64,
     value: Mutex<AnyValue>,
     pub(crate) weight: AtomicU32,
+    /// Bytes the value grew by in place beyond `weight` (moka re-weighs
+    /// an entry only on insertion): charged to L1's ballast instead (see
+    /// [`crate::l1::L1::regrow`]).
+    pub(crate) extra: AtomicU32,
     pub(crate) dirty: AtomicBool,
     /// Set when moka removed the entry (evicted, replaced or invalidated):
     /// a slot found by a lookup whose own housekeeping removed it must not
@@ -38,6 +42,7 @@ impl Slot {
             ts: AtomicI64::new(ts),
             value: Mutex::new(value),
             weight: AtomicU32::new(weight.min(u32::MAX as usize) as u32),
+            extra: AtomicU32::new(0),
             dirty: AtomicBool::new(dirty),
             gone: AtomicBool::new(false),
         })

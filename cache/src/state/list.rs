@@ -1,7 +1,7 @@
 //! [`ListState`]: an append-only list per key, and [`ListView`], a read of it.
 
 use super::list_value::ListValue;
-use super::{downcast, weight_of, with_key};
+use super::{downcast, weight_of, with_key, Handle};
 use crate::codec;
 use crate::error::{Result, StateError};
 use crate::hash::{KeyBytes, L1Key};
@@ -9,7 +9,6 @@ use crate::l1::Slot;
 use crate::l2::batch::Op;
 use crate::tiers::{Hot, Tiers};
 use serde::{de::DeserializeOwned, Serialize};
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// A read-only view of one key's list, without copying it out of L1.
@@ -44,19 +43,11 @@ impl<T> ListView<T> {
 /// An append-only list of `T` per key (Flink's `ListState`).
 ///
 /// With a TTL, each element expires on its own, relative to its write time.
-pub struct ListState<T> {
-    tiers: Arc<Tiers>,
-    id: u16,
-    _t: PhantomData<fn() -> T>,
-}
+pub struct ListState<T>(Handle<T>);
 
 impl<T> Clone for ListState<T> {
     fn clone(&self) -> Self {
-        Self {
-            tiers: self.tiers.clone(),
-            id: self.id,
-            _t: PhantomData,
-        }
+        Self(self.0.clone())
     }
 }
 
@@ -65,15 +56,11 @@ where
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     pub(crate) fn new(tiers: Arc<Tiers>, id: u16) -> Self {
-        Self {
-            tiers,
-            id,
-            _t: PhantomData,
-        }
+        Self(Handle::new(tiers, id))
     }
 
     fn name(&self) -> &str {
-        self.tiers.name(self.id)
+        self.0.tiers.name(self.0.id)
     }
 
     fn wrong_type(&self) -> StateError {
@@ -86,7 +73,7 @@ where
 
     /// Fails if a list of `bytes` is over the store's per-key limit.
     fn check_size(&self, key: &[u8], bytes: u64) -> Result<()> {
-        let limit = self.tiers.max_list_bytes;
+        let limit = self.0.tiers.max_list_bytes;
         if bytes <= limit {
             return Ok(());
         }
@@ -99,8 +86,8 @@ where
     }
 
     /// Changes the list in an L1 slot in place (copying it first only if a
-    /// [`ListView`] still shares it), marks it dirty, and re-weighs the
-    /// entry in moka when it has grown or shrunk by a quarter.
+    /// [`ListView`] still shares it), marks it dirty, and charges what it
+    /// grew by (re-weighing the entry in moka when it doubled or halved).
     fn modify_l1(
         &self,
         hot: &mut Hot,
@@ -116,11 +103,12 @@ where
             any.clone().downcast::<ListValue<T>>().ok()
         });
         let list = list.ok_or_else(|| self.wrong_type())?;
-        self.tiers.l1.mark_dirty(&slot);
-        let weight = slot.weight();
+        self.0.tiers.l1.mark_dirty(&slot);
         let now = list.weight();
-        if 4 * now > 5 * weight.max(64) || 2 * now < weight {
-            self.tiers.l1_insert(hot, slot.reweighed(now))?;
+        if self.0.tiers.l1.regrow(&slot, now) {
+            self.0.tiers.settle(hot)?;
+        } else {
+            self.0.tiers.l1_insert(hot, slot.reweighed(now))?;
         }
         Ok(list)
     }
@@ -141,7 +129,7 @@ where
             weight,
             dirty,
         );
-        self.tiers.l1_insert(hot, slot)?;
+        self.0.tiers.l1_insert(hot, slot)?;
         Ok(list)
     }
 
@@ -155,10 +143,10 @@ where
     /// Errors: [`StateError::ListTooLarge`] if the list in L1 would pass
     /// the per-key limit; [`StateError::Codec`] if `value` does not encode.
     pub fn add(&self, key: &[u8], value: T) -> Result<()> {
-        let t = &*self.tiers;
-        let ts = t.write_ts(self.id);
-        with_key(t, self.id, key, &[], |hot, k| {
-            if t.l1.may_hold(self.id) {
+        let t = &*self.0.tiers;
+        let ts = t.write_ts(self.0.id);
+        with_key(t, self.0.id, key, &[], |hot, k| {
+            if t.l1.may_hold(self.0.id) {
                 if let Some(slot) = t.l1_peek(hot, k)? {
                     let len = weight_of(&value);
                     let held = downcast::<ListValue<T>>(t, &slot)?.bytes;
@@ -192,15 +180,15 @@ where
     /// Errors: a lower tier's read; [`StateError::ListTooLarge`] if the
     /// list found is over the per-key limit.
     pub fn get(&self, key: &[u8]) -> Result<ListView<T>> {
-        let t = &*self.tiers;
-        with_key(t, self.id, key, &[], |hot, k| {
+        let t = &*self.0.tiers;
+        with_key(t, self.0.id, key, &[], |hot, k| {
             if let Some(slot) = t.l1_get(hot, k)? {
                 let list = downcast::<ListValue<T>>(t, &slot)?;
-                if !t.expired(self.id, list.min_ts) {
+                if !t.expired(self.0.id, list.min_ts) {
                     return Ok(ListView { list: Some(list) });
                 }
                 drop(list);
-                let cutoff = t.expiry_cutoff(self.id).unwrap_or(i64::MIN);
+                let cutoff = t.expiry_cutoff(self.0.id).unwrap_or(i64::MIN);
                 let list = self.modify_l1(hot, slot, |list| list.trim(cutoff))?;
                 return Ok(ListView { list: Some(list) });
             }
@@ -220,10 +208,10 @@ where
     /// Decodes a list whose first `from_l3` bytes came from L3, leaving out
     /// expired elements; all of it is held by L2 or L3 (or on its way).
     fn decode_list(&self, bytes: &[u8], from_l3: usize) -> Result<ListValue<T>> {
-        let t = &*self.tiers;
+        let t = &*self.0.tiers;
         let mut list = ListValue::empty();
         let (mut l3_live, mut l3_expired) = (0, 0);
-        let cutoff = t.expiry_cutoff(self.id);
+        let cutoff = t.expiry_cutoff(self.0.id);
         for element in codec::list_elements(self.name(), bytes) {
             let (ts, body) = element?;
             let in_l3 = (body.as_ptr() as usize) < bytes.as_ptr() as usize + from_l3;
@@ -233,7 +221,7 @@ where
                 (true, false) => {}
                 (false, in_l3) => {
                     l3_live += usize::from(in_l3);
-                    list.push(ts, super::decode(t, self.id, body)?, body.len());
+                    list.push(ts, super::decode(t, self.0.id, body)?, body.len());
                 }
             }
         }
@@ -249,7 +237,7 @@ where
 
     fn unexpired(&self, ts: i64, values: Vec<T>) -> ListValue<T> {
         let mut list = ListValue::empty();
-        if !self.tiers.expired(self.id, ts) {
+        if !self.0.tiers.expired(self.0.id, ts) {
             for v in values {
                 let len = weight_of(&v);
                 list.push(ts, v, len);
@@ -260,18 +248,18 @@ where
 
     /// Replaces the key's list with `values`, all stamped now.
     pub fn update(&self, key: &[u8], values: Vec<T>) -> Result<()> {
-        let t = &*self.tiers;
-        let ts = t.write_ts(self.id);
+        let t = &*self.0.tiers;
+        let ts = t.write_ts(self.0.id);
         let mut list = self.unexpired(ts, values);
         list.in_l2 = None;
-        with_key(t, self.id, key, &[], |hot, k| {
+        with_key(t, self.0.id, key, &[], |hot, k| {
             self.put_l1(hot, k, list, true).map(|_| ())
         })
     }
 
     /// Removes the key's list from every tier.
     pub fn clear(&self, key: &[u8]) -> Result<()> {
-        let t = &*self.tiers;
-        with_key(t, self.id, key, &[], |hot, k| t.remove(hot, k))
+        let t = &*self.0.tiers;
+        with_key(t, self.0.id, key, &[], |hot, k| t.remove(hot, k))
     }
 }

@@ -75,22 +75,22 @@ impl<T> ListValue<T> {
         self.bytes += encoded_len + 12;
     }
 
-    /// The list's L1 weight: its size in memory, estimated as the elements'
-    /// inline size (in the deque) plus what they own on the heap — their
-    /// encoded size less what encodes their inline part (about half of it:
-    /// postcard's varints), none for plain structs of numbers — plus a
-    /// quarter for the deque's spare room. It underestimates byte payloads:
-    /// 168 weighed of 281 bytes of RSS per 100-byte `Vec<u8>` element of
-    /// 100,000 ten-element lists (the entry's share included; measured by
-    /// strata-bench's `l1_memory` example); a plain struct of numbers (as
+    /// The list's L1 weight: its size in memory, estimated as the deque's
+    /// inline size (its capacity, spare room included) plus what the
+    /// elements own on the heap — their encoded size less what encodes
+    /// their inline part (about half of it: postcard's varints), none for
+    /// plain structs of numbers — with a quarter more for the allocator's
+    /// size classes. Measured against RSS by strata-bench's `l1_memory`
+    /// example (100-byte `Vec<u8>` elements of ten-element lists, the
+    /// entry's share included); a plain struct of numbers (as
     /// route-history's `FlightEvent`) weighs its inline bytes.
     pub(crate) fn weight(&self) -> usize {
         let n = self.items.len();
-        let inline = n * std::mem::size_of::<(i64, T)>();
+        let inline = self.items.capacity() * std::mem::size_of::<(i64, T)>();
         let heap = self
             .bytes
             .saturating_sub(n * (12 + std::mem::size_of::<T>() / 2));
-        (inline + heap).saturating_mul(5) / 4
+        inline + heap.saturating_mul(5) / 4
     }
 
     /// Drops the elements written at or before `cutoff`. L2 may keep them

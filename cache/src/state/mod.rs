@@ -29,6 +29,31 @@ use crate::tiers::{Hot, Tiers};
 use serde::{de::DeserializeOwned, Serialize};
 use std::sync::Arc;
 
+/// What every state handle holds: the store's tiers and the state's id.
+/// `T` stands for the handle's type parameters (carried, never owned), so
+/// a handle is `Clone` whatever they are.
+pub(crate) struct Handle<T> {
+    tiers: Arc<Tiers>,
+    id: u16,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Handle<T> {
+    fn clone(&self) -> Self {
+        Self::new(self.tiers.clone(), self.id)
+    }
+}
+
+impl<T> Handle<T> {
+    pub(crate) fn new(tiers: Arc<Tiers>, id: u16) -> Self {
+        Self {
+            tiers,
+            id,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
 fn downcast<T: Send + Sync + 'static>(tiers: &Tiers, slot: &Slot) -> Result<Arc<T>> {
     slot.value()
         .downcast::<T>()
@@ -147,13 +172,6 @@ where
         *any = Arc::new(copy);
     }
     Some(f(Arc::get_mut(any)?.downcast_mut::<T>()?))
-}
-
-/// Whether an L1 entry recorded at weight `recorded` may keep it now that
-/// its value weighs `weight` (moka re-weighs only on insertion): within a
-/// factor of two.
-fn weight_holds(weight: usize, recorded: usize) -> bool {
-    weight <= 2 * recorded.max(32) && 2 * weight >= recorded
 }
 
 /// Runs `f` with the tier lock held and the L1 key of (`state`, `key`,

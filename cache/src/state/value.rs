@@ -1,8 +1,6 @@
 //! [`ValueState`]: one value per key.
 
-use super::{
-    modify_any, read_lower, value_weight, weight_holds, weight_of, with_key, wrong_value_type,
-};
+use super::{modify_any, read_lower, value_weight, weight_of, with_key, wrong_value_type, Handle};
 use crate::codec;
 use crate::error::{Result, StateError};
 use crate::hash::{KeyBytes, L1Key};
@@ -10,7 +8,6 @@ use crate::l1::Slot;
 use crate::stats::TierCounters;
 use crate::tiers::{compact_get, compact_insert, compact_remove, has_table, Hot, Tiers};
 use serde::{de::DeserializeOwned, Serialize};
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// One value of type `T` per key (Flink's `ValueState`).
@@ -19,19 +16,11 @@ use std::sync::Arc;
 /// timestamp, a small struct of numbers) lives in a compact table of L1
 /// for keys of up to 16 bytes: about 40 bytes per entry, no allocation
 /// per access; any other value in moka.
-pub struct ValueState<T> {
-    tiers: Arc<Tiers>,
-    id: u16,
-    _t: PhantomData<fn() -> T>,
-}
+pub struct ValueState<T>(Handle<T>);
 
 impl<T> Clone for ValueState<T> {
     fn clone(&self) -> Self {
-        Self {
-            tiers: self.tiers.clone(),
-            id: self.id,
-            _t: PhantomData,
-        }
+        Self(self.0.clone())
     }
 }
 
@@ -40,15 +29,11 @@ where
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     pub(crate) fn new(tiers: Arc<Tiers>, id: u16) -> Self {
-        Self {
-            tiers,
-            id,
-            _t: PhantomData,
-        }
+        Self(Handle::new(tiers, id))
     }
 
     fn counted(&self, hit: bool) {
-        let c = &self.tiers.counters;
+        let c = &self.0.tiers.counters;
         TierCounters::count(hit, &c.l1_hits, &c.l1_misses);
     }
 
@@ -57,13 +42,13 @@ where
     /// Errors: a lower tier's read; a stored value that does not decode as
     /// a `T` ([`StateError::Codec`]).
     pub fn get(&self, key: &[u8]) -> Result<Option<T>> {
-        let t = &*self.tiers;
-        with_key(t, self.id, key, &[], |hot, k| {
-            if !has_table(hot, self.id, key.len()) {
+        let t = &*self.0.tiers;
+        with_key(t, self.0.id, key, &[], |hot, k| {
+            if !has_table(hot, self.0.id, key.len()) {
                 return super::read_entry(t, hot, k);
             }
-            let held = compact_get::<T, _>(hot, self.id, k, key, |ts, v| {
-                ((!t.expired(self.id, ts)).then(|| v.clone()), None)
+            let held = compact_get::<T, _>(hot, self.0.id, k, key, |ts, v| {
+                ((!t.expired(self.0.id, ts)).then(|| v.clone()), None)
             });
             self.counted(held.is_some());
             if let Some(v) = held {
@@ -72,7 +57,7 @@ where
             let Some((ts, value, _)) = read_lower::<T>(t, hot, k)? else {
                 return Ok(None);
             };
-            compact_insert(t, hot, self.id, k, key, ts, value.clone(), false)?;
+            compact_insert(t, hot, self.0.id, k, key, ts, value.clone(), false)?;
             Ok(Some(value))
         })
     }
@@ -82,19 +67,21 @@ where
     /// compact table, or of the front index or moka, and no allocation
     /// when no [`ValueState::get`] copy shares the old value.
     pub fn update(&self, key: &[u8], value: T) -> Result<()> {
-        let t = &*self.tiers;
-        let ts = t.write_ts(self.id);
-        with_key(t, self.id, key, &[], |hot, k| {
-            if has_table(hot, self.id, key.len()) {
+        let t = &*self.0.tiers;
+        let ts = t.write_ts(self.0.id);
+        with_key(t, self.0.id, key, &[], |hot, k| {
+            if has_table(hot, self.0.id, key.len()) {
                 let mut value = Some(value);
-                let held = compact_get::<T, _>(hot, self.id, k, key, |_, v| {
+                let held = compact_get::<T, _>(hot, self.0.id, k, key, |_, v| {
                     if let Some(new) = value.take() {
                         *v = new;
                     }
                     ((), Some(ts))
                 });
                 return match (held, value) {
-                    (None, Some(value)) => compact_insert(t, hot, self.id, k, key, ts, value, true),
+                    (None, Some(value)) => {
+                        compact_insert(t, hot, self.0.id, k, key, ts, value, true)
+                    }
                     _ => Ok(()),
                 };
             }
@@ -103,12 +90,12 @@ where
     }
 
     fn update_in_moka(&self, hot: &mut Hot, k: &KeyBytes, ts: i64, value: T) -> Result<()> {
-        let t = &*self.tiers;
+        let t = &*self.0.tiers;
         let weight = value_weight::<T>(weight_of(&value));
         // Replacing the value of an entry already in L1 in place spares moka
         // an insertion, unless its size changed much.
         if let Some(slot) = t.l1_peek(hot, k)? {
-            if weight_holds(weight, slot.weight()) {
+            if t.l1.regrow(&slot, weight) {
                 slot.update(
                     |any| match Arc::get_mut(any).and_then(|v| v.downcast_mut::<T>()) {
                         Some(held) => *held = value,
@@ -117,7 +104,7 @@ where
                 );
                 slot.set_ts(ts);
                 t.l1.mark_dirty(&slot);
-                return Ok(());
+                return t.settle(hot);
             }
         }
         self.insert_dirty(hot, k, ts, value, weight)
@@ -134,7 +121,7 @@ where
         weight: usize,
     ) -> Result<()> {
         let slot = Slot::new(L1Key::from_bytes(k), ts, Arc::new(value), weight, true);
-        self.tiers.l1_insert(hot, slot)
+        self.0.tiers.l1_insert(hot, slot)
     }
 
     /// Reads, changes and writes back the key's value in one state access:
@@ -160,13 +147,13 @@ where
     where
         T: Default,
     {
-        let t = &*self.tiers;
-        let ts = t.write_ts(self.id);
-        with_key(t, self.id, key, &[], |hot, k| {
+        let t = &*self.0.tiers;
+        let ts = t.write_ts(self.0.id);
+        with_key(t, self.0.id, key, &[], |hot, k| {
             let mut f = Some(f);
-            if has_table(hot, self.id, key.len()) {
-                let held = compact_get::<T, _>(hot, self.id, k, key, |written, v| {
-                    if t.expired(self.id, written) {
+            if has_table(hot, self.0.id, key.len()) {
+                let held = compact_get::<T, _>(hot, self.0.id, k, key, |written, v| {
+                    if t.expired(self.0.id, written) {
                         *v = T::default();
                     }
                     (f.take().map(|f| f(v)), Some(ts))
@@ -183,8 +170,8 @@ where
                 .map(|(_, value, _)| value)
                 .unwrap_or_default();
             let out = f(&mut value);
-            if has_table(hot, self.id, key.len()) {
-                compact_insert(t, hot, self.id, k, key, ts, value, true)?;
+            if has_table(hot, self.0.id, key.len()) {
+                compact_insert(t, hot, self.0.id, k, key, ts, value, true)?;
             } else {
                 let weight = value_weight::<T>(weight_of(&value));
                 self.insert_dirty(hot, k, ts, value, weight)?;
@@ -204,11 +191,11 @@ where
     where
         T: Default,
     {
-        let t = &*self.tiers;
+        let t = &*self.0.tiers;
         let Some(slot) = t.l1_get(hot, k)? else {
             return Ok(None);
         };
-        let expired = t.expired(self.id, slot.ts());
+        let expired = t.expired(self.0.id, slot.ts());
         let Some(f) = f.take() else {
             return Ok(None);
         };
@@ -220,7 +207,9 @@ where
             .ok_or_else(|| wrong_value_type::<T>(t, &slot))?;
         slot.set_ts(ts);
         t.l1.mark_dirty(&slot);
-        if !weight_holds(weight, slot.weight()) {
+        if t.l1.regrow(&slot, weight) {
+            t.settle(hot)?;
+        } else {
             t.l1_insert(hot, slot.reweighed(weight))?;
         }
         Ok(Some(out))
@@ -228,9 +217,9 @@ where
 
     /// Removes the key's value from every tier.
     pub fn clear(&self, key: &[u8]) -> Result<()> {
-        let t = &*self.tiers;
-        with_key(t, self.id, key, &[], |hot, k| {
-            compact_remove(hot, self.id, k, key);
+        let t = &*self.0.tiers;
+        with_key(t, self.0.id, key, &[], |hot, k| {
+            compact_remove(hot, self.0.id, k, key);
             t.remove(hot, k)
         })
     }
@@ -241,13 +230,13 @@ where
     /// small state a task loads whole when it starts (the runtime's
     /// timers), not for data state.
     pub fn local_entries(&self) -> Result<Vec<(Vec<u8>, T)>> {
-        let t = &*self.tiers;
+        let t = &*self.0.tiers;
         t.flush()?;
-        let name = t.name(self.id);
+        let name = t.name(self.0.id);
         let mut out = Vec::new();
         let mut hot = t.lock()?;
         t.settle_l2(&mut hot)?;
-        t.l2.scan(self.id, &[], |stored, value| {
+        t.l2.scan(self.0.id, &[], |stored, value| {
             let (_, key, _) =
                 codec::split_stored_key(stored).ok_or_else(|| StateError::Corrupt {
                     state: name.to_owned(),
@@ -257,8 +246,8 @@ where
                 return Ok(());
             }
             let (ts, body) = codec::split_entry(name, value)?;
-            if !t.expired(self.id, ts) {
-                out.push((key.to_vec(), super::decode(t, self.id, body)?));
+            if !t.expired(self.0.id, ts) {
+                out.push((key.to_vec(), super::decode(t, self.0.id, body)?));
             }
             Ok(())
         })?;
