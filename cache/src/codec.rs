@@ -146,6 +146,17 @@ pub(crate) fn put_list_element(out: &mut Vec<u8>, ts: i64, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// The encoding of a list of `elements` (write time, encoded element), for
+/// tests.
+#[cfg(test)]
+pub(crate) fn list_of(elements: &[(i64, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (ts, body) in elements {
+        put_list_element(&mut out, *ts, body);
+    }
+    out
+}
+
 /// Writes the elements of `parts` written after `cutoff` into `out`, with
 /// the base marker first if `base` (the first part) has one; false if a
 /// part does not parse (then `out` holds part of the result).

@@ -58,6 +58,15 @@ pub struct TierStats {
     pub l2_bytes: u64,
 }
 
+/// Adds the named fields of `$o` to those of `$s` (the merges of figures
+/// gathered per store into a process-wide total).
+macro_rules! add_fields {
+    ($s:expr, $o:expr, $($f:ident),+ $(,)?) => {
+        $($s.$f += $o.$f;)+
+    };
+}
+pub(crate) use add_fields;
+
 impl TierStats {
     pub(crate) fn from_counters(c: &TierCounters) -> Self {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -79,18 +88,22 @@ impl TierStats {
 
     /// Adds another store's figures (for a process-wide total).
     pub fn merge(&mut self, o: &TierStats) {
-        self.l1_hits += o.l1_hits;
-        self.l1_misses += o.l1_misses;
-        self.l2_hits += o.l2_hits;
-        self.l2_misses += o.l2_misses;
-        self.l3_hits += o.l3_hits;
-        self.l3_misses += o.l3_misses;
-        self.l1_spills += o.l1_spills;
-        self.lower_wait_ms += o.lower_wait_ms;
-        self.l3_evictions += o.l3_evictions;
-        self.l3_evicted_bytes += o.l3_evicted_bytes;
-        self.l1_bytes += o.l1_bytes;
-        self.l2_bytes += o.l2_bytes;
+        add_fields!(
+            self,
+            o,
+            l1_hits,
+            l1_misses,
+            l2_hits,
+            l2_misses,
+            l3_hits,
+            l3_misses,
+            l1_spills,
+            lower_wait_ms,
+            l3_evictions,
+            l3_evicted_bytes,
+            l1_bytes,
+            l2_bytes,
+        );
     }
 
     /// Fraction of reads answered by L1 (0 when there were none).

@@ -270,20 +270,13 @@ pub(crate) fn operand(op: Op, list: &[u8], cutoff: Option<i64>) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn list(elements: &[(i64, &[u8])]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (ts, body) in elements {
-            codec::put_list_element(&mut out, *ts, body);
-        }
-        out
-    }
-
     #[test]
     fn a_chunk_gives_back_its_records_and_times() {
         let mut b = ChunkBuilder::new();
-        b.add(b"k1", Op::Append, &list(&[(5, b"a"), (9, b"b")]))
+        b.add(b"k1", Op::Append, &codec::list_of(&[(5, b"a"), (9, b"b")]))
             .unwrap();
-        b.add(b"k2", Op::Replace, &list(&[(3, b"c")])).unwrap();
+        b.add(b"k2", Op::Replace, &codec::list_of(&[(3, b"c")]))
+            .unwrap();
         let (bytes, meta) = b.finish(42);
         assert_eq!(
             meta,
@@ -314,7 +307,11 @@ mod tests {
             &mut out,
         );
         assert_eq!((op, out.as_slice()), (Op::Replace, &b"bc"[..]));
-        let trimmed = operand(Op::Append, &list(&[(1, b"x"), (7, b"y")]), Some(4));
-        assert_eq!(trimmed, list(&[(7, b"y")]));
+        let trimmed = operand(
+            Op::Append,
+            &codec::list_of(&[(1, b"x"), (7, b"y")]),
+            Some(4),
+        );
+        assert_eq!(trimmed, codec::list_of(&[(7, b"y")]));
     }
 }

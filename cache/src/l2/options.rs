@@ -211,21 +211,17 @@ pub(crate) fn merge_lists<'a>(
 mod tests {
     use super::*;
 
-    fn list(elements: &[(i64, &[u8])]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (ts, body) in elements {
-            codec::put_list_element(&mut out, *ts, body);
-        }
-        out
-    }
-
     fn replacing(l: &[u8]) -> Vec<u8> {
         [&codec::list_replace_marker()[..], l].concat()
     }
 
     #[test]
     fn a_replacing_operand_drops_what_came_before_it() {
-        let (a, b, c) = (list(&[(1, b"a")]), list(&[(2, b"b")]), list(&[(3, b"c")]));
+        let (a, b, c) = (
+            codec::list_of(&[(1, b"a")]),
+            codec::list_of(&[(2, b"b")]),
+            codec::list_of(&[(3, b"c")]),
+        );
         let r = replacing(&b);
         let full = merge_lists(Some(&a), [&r[..], &c[..]].into_iter(), None, false);
         assert_eq!(full, [b.clone(), c.clone()].concat());
@@ -241,11 +237,11 @@ mod tests {
     #[test]
     fn merging_trims_expired_elements_but_keeps_the_base_marker() {
         let mut complete = codec::list_base_marker().to_vec();
-        complete.extend_from_slice(&list(&[(1, b"old"), (9, b"new")]));
-        let appended = list(&[(2, b"x"), (10, b"y")]);
+        complete.extend_from_slice(&codec::list_of(&[(1, b"old"), (9, b"new")]));
+        let appended = codec::list_of(&[(2, b"x"), (10, b"y")]);
         let merged = merge_lists(Some(&complete), [&appended[..]].into_iter(), Some(5), false);
         let mut want = codec::list_base_marker().to_vec();
-        want.extend_from_slice(&list(&[(9, b"new"), (10, b"y")]));
+        want.extend_from_slice(&codec::list_of(&[(9, b"new"), (10, b"y")]));
         assert_eq!(merged, want);
     }
 }

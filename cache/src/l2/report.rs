@@ -57,12 +57,16 @@ impl L2Report {
 
     /// Adds another store's figures (states matched by name).
     pub fn merge(&mut self, o: &L2Report) {
-        self.user_bytes += o.user_bytes;
-        self.flush_bytes += o.flush_bytes;
-        self.compaction_bytes += o.compaction_bytes;
-        self.blob_bytes += o.blob_bytes;
-        self.compaction_cpu_s += o.compaction_cpu_s;
-        self.stall_s += o.stall_s;
+        crate::stats::add_fields!(
+            self,
+            o,
+            user_bytes,
+            flush_bytes,
+            compaction_bytes,
+            blob_bytes,
+            compaction_cpu_s,
+            stall_s,
+        );
         for s in &o.states {
             match self.states.iter_mut().find(|m| m.name == s.name) {
                 Some(m) => m.merge(s),
@@ -79,9 +83,7 @@ impl StateL2Report {
     }
 
     fn merge(&mut self, o: &StateL2Report) {
-        self.user_bytes += o.user_bytes;
-        self.written_bytes += o.written_bytes;
-        self.blob_bytes += o.blob_bytes;
+        crate::stats::add_fields!(self, o, user_bytes, written_bytes, blob_bytes);
         for (i, b) in o.sst_bytes_per_level.iter().enumerate() {
             match self.sst_bytes_per_level.get_mut(i) {
                 Some(m) => *m += b,
