@@ -26,6 +26,7 @@
 
 pub(crate) mod compact;
 mod dirty;
+pub(crate) mod doorkeeper;
 pub(crate) mod front;
 pub(crate) mod slot;
 pub(crate) mod table;
@@ -227,6 +228,17 @@ impl L1 {
     /// still in moka and dirty, in key order.
     pub(crate) fn take_dirty(&self) -> Vec<Arc<Slot>> {
         lock(&self.dirty).take_live()
+    }
+
+    /// Whether moka has an eighth of its capacity free: entries met on a
+    /// miss are admitted then without asking the doorkeeper.
+    pub(crate) fn has_room(&self) -> bool {
+        self.moka.weighted_size() < self.capacity - self.capacity / 8
+    }
+
+    /// A [`doorkeeper::Doorkeeper`] sized for this L1.
+    pub(crate) fn doorkeeper(&self) -> doorkeeper::Doorkeeper {
+        doorkeeper::Doorkeeper::for_capacity(self.capacity)
     }
 
     /// Bytes moka holds by its weigher, ballast included.

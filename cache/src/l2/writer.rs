@@ -230,7 +230,11 @@ mod tests {
         let mut key = Vec::new();
         put_l1_key(&mut key, 7, 0, 0, b"k", b"");
         let mut b = Batch::default();
-        b.push(KeyBytes::new(&key), crate::l2::batch::Op::Put, &vec![0; bytes]);
+        b.push(
+            KeyBytes::new(&key),
+            crate::l2::batch::Op::Put,
+            &vec![0; bytes],
+        );
         b.captured = captured;
         Arc::new(b)
     }
@@ -251,7 +255,10 @@ mod tests {
                 w.store(false, Ordering::SeqCst);
             });
             std::thread::sleep(std::time::Duration::from_millis(50));
-            assert!(waited.load(Ordering::SeqCst), "an ordinary batch holds it back");
+            assert!(
+                waited.load(Ordering::SeqCst),
+                "an ordinary batch holds it back"
+            );
             pending.pop();
             pending.pop();
         });

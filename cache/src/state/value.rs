@@ -5,6 +5,7 @@ use crate::codec;
 use crate::error::{Result, StateError};
 use crate::hash::{KeyBytes, L1Key};
 use crate::l1::Slot;
+use crate::l2::batch::Op;
 use crate::stats::TierCounters;
 use crate::tiers::{compact_get, compact_insert, compact_remove, has_table, Hot, Tiers};
 use serde::{de::DeserializeOwned, Serialize};
@@ -131,7 +132,9 @@ where
     /// [`ValueState::update`] (Flink's `value()` then `update(..)`), at
     /// the cost of one: for a key L1 holds, one lookup and no copy of the
     /// value; for a key it lacks, one read of the lower tiers and one L1
-    /// insertion. Write-back as `update`: the value reaches L2 on eviction
+    /// insertion — or, when L1 is full and the key did not miss recently
+    /// (TinyLFU's doorkeeper), a write of the new value to the store's
+    /// batch for L2 instead, so that keys met once do not churn L1. Write-back as `update`: the value reaches L2 on eviction
     /// or flush, stamped with the current record timestamp.
     ///
     /// ```no_run
@@ -172,9 +175,12 @@ where
             let out = f(&mut value);
             if has_table(hot, self.0.id, key.len()) {
                 compact_insert(t, hot, self.0.id, k, key, ts, value, true)?;
-            } else {
+            } else if t.admits(hot, k) {
                 let weight = value_weight::<T>(weight_of(&value));
                 self.insert_dirty(hot, k, ts, value, weight)?;
+            } else {
+                let bytes = codec::encode_entry(ts, &codec::encode(t.name(self.0.id), &value)?);
+                t.push(hot, k, Op::Put, &bytes);
             }
             Ok(out)
         })

@@ -77,6 +77,8 @@ pub(crate) struct Hot {
     current_hash: u64,
     /// Compact-table accesses since the ballast was last touched.
     pub(crate) table_ops: u32,
+    /// Admission to moka of values met on a miss.
+    door: crate::l1::doorkeeper::Doorkeeper,
 }
 
 impl Hot {
@@ -156,6 +158,7 @@ impl Tiers {
             .spawn(move || crate::l2::writer::run(writer_l2))
             .map_err(|e| StateError::Config(format!("cannot start the L2 writer thread: {e}")))?;
         let tables = states.iter().map(|_| None).collect();
+        let door = l1.doorkeeper();
         Ok(Self {
             l1: Arc::new(l1),
             clock: l2.clock.clone(),
@@ -171,6 +174,7 @@ impl Tiers {
                 current_key: Vec::new(),
                 current_hash: 0,
                 table_ops: 0,
+                door,
             }),
             record_ts: AtomicI64::new(i64::MIN),
             max_parallelism: settings.max_parallelism,
@@ -255,6 +259,13 @@ impl Tiers {
         let got = self.l1.get(key);
         self.settle(hot)?;
         Ok(got)
+    }
+
+    /// Whether a value of `key` met on an L1 miss goes into moka: while
+    /// moka has room, or once its key missed before (see
+    /// [`crate::l1::doorkeeper`]); else it goes straight to the write batch.
+    pub(crate) fn admits(&self, hot: &mut Hot, key: &KeyBytes) -> bool {
+        self.l1.has_room() || hot.door.seen_before(key.hash())
     }
 
     /// Puts a slot in moka (a dirty one in the dirty set).
