@@ -58,8 +58,9 @@ pub(crate) struct Batch {
     /// Copies of compact tables taken at a checkpoint, by state: their
     /// dirty entries are the batch's newest writes of those keys.
     tables: Vec<(u16, Box<dyn AnyTable>)>,
-    /// Whether the batch holds a checkpoint's capture of the dirty set
-    /// (see [`super::writer::Pending::wait_below`]).
+    /// Whether the batch holds a checkpoint's capture of the dirty set (the
+    /// first one also the writes the open batch held at the barrier; see
+    /// [`super::writer::Pending::wait_below`]).
     pub(crate) captured: bool,
 }
 

@@ -274,9 +274,12 @@ impl Tiers {
         self.settle(hot)
     }
 
-    /// Moves the dirty slots moka evicted into the open batch (right after
-    /// the moka operation that evicted them: never invisible to a read).
+    /// Charges L1 what its entries grew by in place (if it moved by a
+    /// step), then moves the dirty slots moka evicted into the open batch
+    /// (right after the moka operation that evicted them: never invisible
+    /// to a read).
     pub(crate) fn settle(&self, hot: &mut Hot) -> Result<()> {
+        self.l1.recharge();
         for slot in self.l1.take_evicted() {
             TierCounters::add(&self.counters.l1_spills, 1);
             if let Some((op, bytes)) = self.encode_slot(&slot)? {
