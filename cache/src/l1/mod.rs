@@ -99,7 +99,7 @@ pub(crate) struct L1 {
     departures: Arc<Departures>,
     capacity: u64,
     ballast: Mutex<Ballast>,
-    /// The growth the ballast carries (its `growth`, readable unlocked).
+    /// The growth the ballast carries (see [`L1::regrow`]).
     charged_growth: AtomicU64,
 }
 
@@ -110,8 +110,6 @@ struct Ballast {
     keys: Vec<L1Key>,
     /// The compact tables' bytes.
     tables: u64,
-    /// The growth charged (see [`L1::regrow`]).
-    growth: u64,
 }
 
 impl L1 {
@@ -311,9 +309,9 @@ impl L1 {
 
     /// Sets the ballast to the tables' bytes plus the growth.
     fn charge(&self, ballast: &mut Ballast) {
-        ballast.growth = self.departures.growth.load(Ordering::SeqCst).max(0) as u64;
-        self.charged_growth.store(ballast.growth, Ordering::Relaxed);
-        let bytes = ballast.tables + ballast.growth;
+        let growth = self.departures.growth.load(Ordering::SeqCst).max(0) as u64;
+        self.charged_growth.store(growth, Ordering::Relaxed);
+        let bytes = ballast.tables + growth;
         let pieces = bytes.div_ceil(BALLAST_PIECE) as usize;
         while ballast.keys.len() > pieces {
             if let Some(key) = ballast.keys.pop() {
