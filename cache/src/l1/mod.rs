@@ -114,7 +114,8 @@ struct Ballast {
 
 impl L1 {
     /// An L1 of `capacity` bytes for `states` declared states, of which
-    /// `reserved` bytes are spent beside it (the store's open write batch).
+    /// `reserved` bytes are spent beside it (the store's L2 write batches
+    /// on their way, see [`crate::tiers::BATCHES_IN_FLIGHT`]).
     pub(crate) fn new(capacity: u64, states: usize, reserved: u64) -> Self {
         let front = FrontIndex::for_capacity(capacity);
         let departures = Arc::new(Departures {

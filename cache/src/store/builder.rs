@@ -8,7 +8,7 @@ use crate::eviction::ColdEviction;
 use crate::l1::L1;
 use crate::l2::access::AccessBits;
 use crate::l2::{options::chunk_cf_name, L2Budget, L2};
-use crate::tiers::{Settings, StateMeta, Tiers};
+use crate::tiers::{Settings, StateMeta, Tiers, BATCHES_IN_FLIGHT};
 use crate::ttl::Clock;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -89,8 +89,10 @@ impl StoreBuilder {
 
     /// L1 capacity in bytes (default 64 MiB): moka's entries (keys plus
     /// weighed values plus their bookkeeping), the compact tables and the
-    /// front index, and the open L2 write batch (a sixteenth of it, 64 KiB
-    /// to 8 MiB).
+    /// front index, and the L2 write batches on their way (the open one,
+    /// up to two queued for the writer and the one it writes, each a
+    /// sixteenth of the capacity, 64 KiB to 8 MiB: four batches in all,
+    /// at most a quarter of the capacity).
     pub fn l1_capacity(mut self, bytes: u64) -> Self {
         self.l1_capacity = bytes;
         self
@@ -232,7 +234,10 @@ impl StoreBuilder {
         })?;
         let l2 = L2::open(&self.path, &self.states, &budget, &clock)?;
         let batch_bytes = (self.l1_capacity / 16).clamp(64 << 10, 8 << 20);
-        let l1 = L1::new(self.l1_capacity, self.states.len(), batch_bytes);
+        // At most a quarter: batches are 64 KiB at least, and a tiny L1
+        // must keep room for moka's entries.
+        let in_flight = (BATCHES_IN_FLIGHT * batch_bytes).min(self.l1_capacity / 4);
+        let l1 = L1::new(self.l1_capacity, self.states.len(), in_flight);
         let eviction = self
             .l2_capacity
             .filter(|_| self.cold.is_some())
