@@ -3,8 +3,10 @@
 //! ```text
 //! strata run route-history|user-history --input <file> --output <dir> [--checkpoint-dir <dir>]
 //!        [--restore latest|ID|PATH] [--config <file.toml>] [-D key=value ...] [--metrics-addr <host:port>]
+//!        [--query-addr <host:port>]
 //! strata checkpoints list <checkpoint-dir>
 //! strata state get <checkpoint-dir> <state-name> <key>...
+//! strata state get --job http://<query-addr> <state-name> <key>...
 //! strata migration write-back <job> --checkpoint-dir <dir> [--config <file.toml>] [-D key=value ...]
 //! strata topic load <file> --brokers <host:port> --topic <T> --key <col>[,<col>...] [--partitions N]
 //! strata topic read --brokers <host:port> --topic <T> [--read-committed] [--output <file.jsonl>]
@@ -145,6 +147,12 @@ pub(crate) struct RunArgs {
     /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9249.
     #[arg(long)]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// Answer queries on the running job's state over HTTP on this
+    /// address: HOST:PORT, or a port alone for 127.0.0.1 (see the guide,
+    /// "Querying state"). Any address but loopback needs the token in
+    /// STRATA_QUERY_TOKEN.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) query_addr: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -158,18 +166,23 @@ enum CheckpointsCommand {
 
 #[derive(Debug, Subcommand)]
 enum StateCommand {
-    /// Print one key's state as JSON, from the latest checkpoint. The key is
-    /// given as its fields: route-history's `ORIGIN DESTINATION` (e.g.
-    /// `strata state get out/_checkpoints history LAS PHL`), user-history's
-    /// user id (e.g. `… events alice`).
+    /// Print one key's state as JSON, from the latest checkpoint
+    /// (`strata state get <checkpoint-dir> <state> <key>…`) or from a
+    /// running job (`strata state get --job http://127.0.0.1:8081 <state>
+    /// <key>…`, see `--query-addr`; the token comes from
+    /// STRATA_QUERY_TOKEN). The key is given as its fields: route-history's
+    /// `ORIGIN DESTINATION` (e.g. `strata state get out/_checkpoints history
+    /// LAS PHL`), user-history's user id (e.g. `… events alice`).
     Get {
-        /// A checkpoint directory, or an object store (`s3://bucket/prefix`),
-        /// whose newest checkpoint is then downloaded to a temporary folder.
-        dir: PathBuf,
-        state: String,
-        /// The key's fields.
-        #[arg(required = true, num_args = 1..)]
-        key: Vec<String>,
+        /// The query address of a running job, instead of a checkpoint directory.
+        #[arg(long, value_name = "URL")]
+        job: Option<String>,
+        /// Without --job: a checkpoint directory, or an object store
+        /// (`s3://bucket/prefix`), whose newest checkpoint is then
+        /// downloaded to a temporary folder; then the state's name and the
+        /// key's fields.
+        #[arg(required = true, num_args = 2.., value_name = "[DIR] STATE KEY")]
+        args: Vec<String>,
     },
 }
 
@@ -231,47 +244,56 @@ pub fn main(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::State {
-            command: StateCommand::Get { dir, state, key },
+            command: StateCommand::Get { job, args },
         } => {
-            let (dir, _copy) = crate::inspect::local_view(&dir)?;
-            let job = crate::inspect::latest(&dir)?.job;
-            let (states, stored_key, render): (_, _, StateRenderer) = match job.as_str() {
-                "route-history" => (
-                    route_history::states(),
-                    route_history::key_of_fields(&key)?,
-                    route_history::render_state,
-                ),
-                "user-history" => (
-                    user_history::states(),
-                    user_history::key_of_fields(&key)?,
-                    user_history::render_state,
-                ),
-                other => {
-                    return Err(RuntimeError::Usage(format!(
-                        "{} holds checkpoints of job '{other}', whose state `strata state get` cannot print (read it through strata_runtime::inspect::with_key_state)",
-                        dir.display()
-                    )))
-                }
+            let json = match job {
+                Some(url) => crate::query::client::get(&url, &args[0], &args[1..])?,
+                None => state_from_checkpoint(&args)?,
             };
-            let json = crate::inspect::with_key_state(
-                &dir,
-                &states,
-                &stored_key,
-                |store, meta| {
-                    let value = render(store, &state, &stored_key)?;
-                    Ok(
-                        serde_json::json!({"checkpoint": meta.id, "state": state, "key": key, "value": value}),
-                    )
-                },
-            )?;
-            print_line(&json.to_string())?;
-            Ok(())
+            print_line(&json.to_string())
         }
     }
 }
 
-/// How a job prints one key's state (`strata state get`).
-type StateRenderer = fn(&strata_cache::StateStore, &str, &[u8]) -> Result<serde_json::Value>;
+/// `strata state get <dir> <state> <key>…`: one key's state in the latest
+/// checkpoint, printed as a query prints it (an empty list when absent).
+fn state_from_checkpoint(args: &[String]) -> Result<serde_json::Value> {
+    let [dir, state, key @ ..] = args else {
+        return Err(RuntimeError::Usage(
+            "strata state get <checkpoint-dir> <state> <key>… (or --job <url> <state> <key>…)"
+                .into(),
+        ));
+    };
+    if key.is_empty() {
+        return Err(RuntimeError::Usage(format!(
+            "strata state get {dir} {state}: give the key's fields too"
+        )));
+    }
+    let (dir, _copy) = crate::inspect::local_view(std::path::Path::new(dir))?;
+    let name = crate::inspect::latest(&dir)?.job;
+    let Some(job) = Job::named(&name) else {
+        return Err(RuntimeError::Usage(format!(
+            "{} holds checkpoints of job '{name}', whose state `strata state get` cannot print (read it through strata_runtime::inspect::with_key_state)",
+            dir.display()
+        )));
+    };
+    let (_, states) = job.states();
+    let spec = job.queryable_states();
+    if !spec.names().contains(&state.as_str()) {
+        return Err(RuntimeError::Usage(format!(
+            "{name} has no state '{state}' (it has: {})",
+            spec.names().join(", ")
+        )));
+    }
+    let stored_key = job.key_of_fields(key)?;
+    crate::inspect::with_key_state(&dir, &states, &stored_key, |store, meta| {
+        let value = spec.read(store, state, &stored_key)?;
+        Ok(
+            serde_json::json!({"checkpoint": meta.id, "state": state, "key": key,
+            "value": value.unwrap_or(serde_json::Value::Array(Vec::new()))}),
+        )
+    })
+}
 
 impl Job {
     /// The job's name and the states it declares.
@@ -279,6 +301,29 @@ impl Job {
         match self {
             Job::RouteHistory => ("route-history", RouteHistory::default().states()),
             Job::UserHistory => ("user-history", UserHistory::default().states()),
+        }
+    }
+
+    /// The job of this name (as checkpoints record it).
+    fn named(name: &str) -> Option<Job> {
+        [Job::RouteHistory, Job::UserHistory]
+            .into_iter()
+            .find(|j| j.states().0 == name)
+    }
+
+    /// The states queries may read, and how its keys are given.
+    pub(crate) fn queryable_states(self) -> crate::query::QueryableStates {
+        match self {
+            Job::RouteHistory => RouteHistory::default().queryable_states(),
+            Job::UserHistory => UserHistory::default().queryable_states(),
+        }
+    }
+
+    /// The stored key of a key given field by field.
+    fn key_of_fields(self, fields: &[String]) -> Result<Vec<u8>> {
+        match self {
+            Job::RouteHistory => route_history::key_of_fields(fields),
+            Job::UserHistory => user_history::key_of_fields(fields),
         }
     }
 }
@@ -345,10 +390,20 @@ where
         None => (None, args.checkpoint_dir),
         Some(arg) => restore_arg(arg, args.checkpoint_dir)?,
     };
+    let queries = match &args.query_addr {
+        Some(addr) => Some(crate::query::QueryService::start(
+            crate::query::client::parse_addr(addr)?,
+            crate::query::client::token(),
+            args.job.states().0,
+            args.job.queryable_states(),
+        )?),
+        None => None,
+    };
     let mut pipeline = pipeline
         .jsonl_sink(&args.output)
         .restore(restore)
-        .metrics_addr(args.metrics_addr);
+        .metrics_addr(args.metrics_addr)
+        .query_service(queries);
     if let Some(dir) = checkpoint_dir {
         pipeline = pipeline.checkpoint_dir(dir);
     }

@@ -24,6 +24,12 @@ pub trait KeyedProcessFunction: Send + 'static {
     /// The states this function uses (names, kinds, TTLs).
     fn states(&self) -> Vec<StateDescriptor>;
 
+    /// The states a running job lets queries read, how its keys are given
+    /// and how its values print (see [`crate::query`]); none by default.
+    fn queryable_states(&self) -> crate::query::QueryableStates {
+        crate::query::QueryableStates::none()
+    }
+
     /// Called once per instance before the first record, with its store;
     /// take state handles here.
     fn open(&mut self, store: &StateStore) -> Result<(), FunctionError>;
@@ -132,6 +138,7 @@ impl<O> Context<'_, O> {
             key: self.key.to_vec(),
             hash: self.key_hash,
             ts: self.timestamp,
+            pos: crate::task::SourcePos::default(),
             value: record,
         });
     }

@@ -28,6 +28,7 @@ mod local_dir;
 mod metrics;
 mod pipeline;
 pub mod progress;
+pub mod query;
 mod task;
 mod topic;
 pub mod write_back;

@@ -4,6 +4,7 @@
 
 pub mod cassandra;
 pub mod kafka;
+pub mod query;
 pub mod s3;
 
 use arrow::array::{Array, AsArray};

@@ -205,6 +205,35 @@ where
         })
     }
 
+    /// The key's unexpired elements with their write timestamps (ms),
+    /// oldest write first, read through L1, L2 and L3 without moving the
+    /// list between tiers: a list found below L1 is not promoted, an L1
+    /// list is not trimmed, nothing is marked dirty (a query's read, see
+    /// `strata_runtime::query`). `None` when no tier holds a live element.
+    ///
+    /// Errors: as [`ListState::get`].
+    pub fn peek(&self, key: &[u8]) -> Result<Option<Vec<(i64, T)>>> {
+        let t = &*self.0.tiers;
+        let cutoff = t.expiry_cutoff(self.0.id).unwrap_or(i64::MIN);
+        let live = with_key(t, self.0.id, key, &[], |hot, k| {
+            if let Some(slot) = t.l1_peek(hot, k)? {
+                let list = downcast::<ListValue<T>>(t, &slot)?;
+                return Ok(list
+                    .items
+                    .iter()
+                    .filter(|(ts, _)| *ts > cutoff)
+                    .cloned()
+                    .collect());
+            }
+            let Some((bytes, from_l3)) = t.lower_get(hot, k)? else {
+                return Ok(Vec::new());
+            };
+            self.check_size(key, bytes.len() as u64)?;
+            Ok(self.decode_list(&bytes, from_l3)?.items.into())
+        })?;
+        Ok((!live.is_empty()).then_some(live))
+    }
+
     /// Decodes a list whose first `from_l3` bytes came from L3, leaving out
     /// expired elements; all of it is held by L2 or L3 (or on its way).
     fn decode_list(&self, bytes: &[u8], from_l3: usize) -> Result<ListValue<T>> {

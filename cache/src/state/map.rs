@@ -42,6 +42,16 @@ where
         with_key(t, self.0.id, key, &suffix, |hot, k| read_entry(t, hot, k))
     }
 
+    /// The value at `user_key` as [`MapState::get`] gives it, read without
+    /// promoting the entry to L1 (a query's read).
+    pub fn peek(&self, key: &[u8], user_key: &K) -> Result<Option<V>> {
+        let t = &*self.0.tiers;
+        let suffix = self.suffix(user_key)?;
+        with_key(t, self.0.id, key, &suffix, |hot, k| {
+            super::peek_entry(t, hot, k)
+        })
+    }
+
     /// Sets `user_key` to `value` in the key's map.
     pub fn put(&self, key: &[u8], user_key: &K, value: V) -> Result<()> {
         let t = &*self.0.tiers;

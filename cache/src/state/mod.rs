@@ -114,6 +114,14 @@ where
     Ok(Some((ts, value, value_weight::<T>(body.len()))))
 }
 
+/// A copy of an L1 entry's value, unless it expired.
+fn live_value<T: Clone + Send + Sync + 'static>(tiers: &Tiers, slot: &Slot) -> Result<Option<T>> {
+    if tiers.expired(slot.state(), slot.ts()) {
+        return Ok(None);
+    }
+    Ok(Some((*downcast::<T>(tiers, slot)?).clone()))
+}
+
 /// Reads one moka entry (value or map entry) through the tiers, promoting
 /// it to L1. The caller holds the tier lock.
 fn read_entry<T>(tiers: &Tiers, hot: &mut Hot, key: &KeyBytes) -> Result<Option<T>>
@@ -121,10 +129,7 @@ where
     T: DeserializeOwned + Clone + Send + Sync + 'static,
 {
     if let Some(slot) = tiers.l1_get(hot, key)? {
-        if tiers.expired(key.state(), slot.ts()) {
-            return Ok(None);
-        }
-        return Ok(Some((*downcast::<T>(tiers, &slot)?).clone()));
+        return live_value(tiers, &slot);
     }
     let Some((ts, value, weight)) = read_lower::<T>(tiers, hot, key)? else {
         return Ok(None);
@@ -138,6 +143,20 @@ where
     );
     tiers.l1_insert(hot, slot)?;
     Ok(Some(value))
+}
+
+/// Reads one moka entry (value or map entry) through the tiers without
+/// moving it: an L1 hit is cloned, a lower tier's value is decoded and not
+/// promoted (a query's read: no tier change, no dirtying). The caller
+/// holds the tier lock.
+fn peek_entry<T>(tiers: &Tiers, hot: &mut Hot, key: &KeyBytes) -> Result<Option<T>>
+where
+    T: DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    if let Some(slot) = tiers.l1_peek(hot, key)? {
+        return live_value(tiers, &slot);
+    }
+    Ok(read_lower::<T>(tiers, hot, key)?.map(|(_, value, _)| value))
 }
 
 /// Decodes a stored value body of `state`; a value written under an

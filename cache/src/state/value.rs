@@ -63,6 +63,28 @@ where
         })
     }
 
+    /// The key's value as [`ValueState::get`] gives it, read without
+    /// moving the key between tiers: a value found in L2 or L3 is not
+    /// promoted to L1, and nothing is marked dirty or counted as a hit or
+    /// miss (a query's read, see `strata_runtime::query`).
+    ///
+    /// Errors: as [`ValueState::get`].
+    pub fn peek(&self, key: &[u8]) -> Result<Option<T>> {
+        let t = &*self.0.tiers;
+        with_key(t, self.0.id, key, &[], |hot, k| {
+            if has_table(hot, self.0.id, key.len()) {
+                let held = compact_get::<T, _>(hot, self.0.id, k, key, |ts, v| {
+                    ((!t.expired(self.0.id, ts)).then(|| v.clone()), None)
+                });
+                if let Some(v) = held {
+                    return Ok(v);
+                }
+                return Ok(read_lower::<T>(t, hot, k)?.map(|(_, v, _)| v));
+            }
+            super::peek_entry(t, hot, k)
+        })
+    }
+
     /// Sets the key's value (write-back: it reaches L2 on eviction or
     /// flush). A key L1 holds is changed in place: one probe of its
     /// compact table, or of the front index or moka, and no allocation

@@ -52,6 +52,10 @@ pub struct GroupOptions {
     /// librdkafka properties (`source.kafka.<property>`), applied last
     /// (e.g. `session.timeout.ms`).
     pub properties: Vec<(String, String)>,
+    /// Appended to the member's `client.id` (`strata-pid<pid>`), which the
+    /// group's description shows every member: how a process advertises
+    /// its query address.
+    pub client_id_suffix: String,
 }
 
 /// What [`GroupMember::commit`] achieved.
@@ -137,7 +141,14 @@ impl GroupMember {
             &options.brokers,
             &[
                 ("group.id", options.group.as_str()),
-                ("client.id", &format!("strata-pid{}", std::process::id())),
+                (
+                    "client.id",
+                    &format!(
+                        "strata-pid{}{}",
+                        std::process::id(),
+                        options.client_id_suffix
+                    ),
+                ),
                 ("partition.assignment.strategy", "cooperative-sticky"),
                 ("enable.auto.commit", "false"),
                 ("enable.auto.offset.store", "false"),

@@ -11,6 +11,7 @@ use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
 use crate::pipeline::{JobReport, Pipeline, RestoreFrom};
+use crate::query::{advertise, GroupRoute, QueryService};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use strata_connectors::kafka::{GroupOptions, KafkaEndpoint};
@@ -73,22 +74,42 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
     if let Some(addr) = args.metrics_addr {
         serve_metrics(addr)?;
     }
+    let partitions = strata_connectors::kafka::partition_count(&endpoint.brokers, topic)?;
+    let queries = match &args.query_addr {
+        Some(addr) => Some(QueryService::start_in(
+            crate::query::client::parse_addr(addr)?,
+            crate::query::client::token(),
+            args.job.states().0,
+            args.job.queryable_states(),
+            Some(GroupRoute::new(
+                &endpoint.brokers,
+                &group,
+                topic,
+                partitions,
+            )),
+        )?),
+        None => None,
+    };
     let settings = GroupSettings {
         options: GroupOptions {
             brokers: endpoint.brokers.clone(),
             topic: topic.clone(),
             group,
             properties: config.kafka.source_properties.clone(),
+            client_id_suffix: queries
+                .as_ref()
+                .map(|q| advertise(q.local_addr()))
+                .unwrap_or_default(),
         },
         bounded: config.kafka.bounded,
     };
-    let partitions = strata_connectors::kafka::partition_count(&endpoint.brokers, topic)?;
     let template = ShardTemplate {
         job: args.job,
         input: args.input,
         output: args.output,
         checkpoint_dir,
         config: shard_config(config, args.job.states().0, &output, partitions)?,
+        queries,
     };
     let run_shard: RunShard = Arc::new(move |shard| template.run(shard));
     super::run(&settings, run_shard)
@@ -127,6 +148,7 @@ struct ShardTemplate {
     output: std::ffi::OsString,
     checkpoint_dir: PathBuf,
     config: JobConfig,
+    queries: Option<Arc<QueryService>>,
 }
 
 impl ShardTemplate {
@@ -147,6 +169,7 @@ impl ShardTemplate {
             output: self.output.clone(),
             checkpoint_dir: shard_location(&self.checkpoint_dir, &name),
             shard,
+            queries: self.queries.clone(),
         };
         self.job.pipeline(config, &self.input, run)
     }
@@ -163,6 +186,7 @@ struct ShardRun {
     output: std::ffi::OsString,
     checkpoint_dir: PathBuf,
     shard: Shard,
+    queries: Option<Arc<QueryService>>,
 }
 
 impl PipelineRun for ShardRun {
@@ -176,6 +200,7 @@ impl PipelineRun for ShardRun {
             .checkpoint_dir(self.checkpoint_dir)
             .restore(Some(RestoreFrom::LatestIfAny))
             .shard(self.shard)
+            .query_service(self.queries)
             .run()
     }
 }

@@ -17,6 +17,7 @@
 //! order than `watermark.out-of-orderness` (the flights file is sorted).
 
 use crate::function::{Context, FunctionError, KeyedProcessFunction};
+use crate::query::{QueryJson, QueryableStates};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use strata_cache::{composite_key, ListState, StateDescriptor, StateStore, Ttl};
@@ -51,6 +52,13 @@ pub struct FlightEvent {
     pub delay: i64,
     /// Distance in miles.
     pub distance: i64,
+}
+
+/// A flight in a query answer or `strata state get`: its date as text.
+impl QueryJson for FlightEvent {
+    fn query_json(&self) -> serde_json::Value {
+        serde_json::json!({"date": format_timestamp(self.date), "delay": self.delay, "distance": self.distance})
+    }
 }
 
 /// One output line.
@@ -138,6 +146,10 @@ impl KeyedProcessFunction for RouteHistory {
         states()
     }
 
+    fn queryable_states(&self) -> QueryableStates {
+        QueryableStates::new(&["origin", "destination"], key_of_fields).list::<FlightEvent>(HISTORY)
+    }
+
     fn open(&mut self, store: &StateStore) -> Result<(), FunctionError> {
         self.history = Some(store.list_state(HISTORY)?);
         Ok(())
@@ -177,23 +189,4 @@ impl KeyedProcessFunction for RouteHistory {
         });
         Ok(())
     }
-}
-
-/// A route's history as JSON (for `strata state get`).
-pub fn render_state(
-    store: &StateStore,
-    state: &str,
-    key: &[u8],
-) -> crate::Result<serde_json::Value> {
-    if state != HISTORY {
-        return Err(crate::RuntimeError::Usage(format!(
-            "route-history has no state '{state}' (it has: {HISTORY})"
-        )));
-    }
-    let view = store.list_state::<FlightEvent>(HISTORY)?.get(key)?;
-    Ok(serde_json::Value::Array(
-        view.iter()
-            .map(|e| serde_json::json!({"date": format_timestamp(e.date), "delay": e.delay, "distance": e.distance}))
-            .collect(),
-    ))
 }

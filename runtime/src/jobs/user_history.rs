@@ -20,6 +20,7 @@
 //! that table, so the input should not have them.
 
 use crate::function::{Context, FunctionError, KeyedProcessFunction};
+use crate::query::QueryableStates;
 use serde::Serialize;
 use std::time::Duration;
 use strata_cache::{ListState, StateDescriptor, StateStore, Ttl};
@@ -93,28 +94,6 @@ pub fn key_of_fields(fields: &[String]) -> crate::Result<Vec<u8>> {
     }
 }
 
-/// A user's history as JSON (for `strata state get`): its events' times
-/// and payloads (as text where they are UTF-8).
-pub fn render_state(
-    store: &StateStore,
-    state: &str,
-    key: &[u8],
-) -> crate::Result<serde_json::Value> {
-    if state != EVENTS {
-        return Err(crate::RuntimeError::Usage(format!(
-            "user-history has no state '{state}' (it has: {EVENTS})"
-        )));
-    }
-    let view = store.list_state::<Vec<u8>>(EVENTS)?.get(key)?;
-    Ok(serde_json::Value::Array(
-        view.iter_with_timestamps()
-            .map(|(ts, payload)| {
-                serde_json::json!({"event_time": format_timestamp(ts), "payload": String::from_utf8_lossy(payload)})
-            })
-            .collect(),
-    ))
-}
-
 /// The state the job declares.
 pub fn states() -> Vec<StateDescriptor> {
     vec![StateDescriptor::list(EVENTS)
@@ -133,6 +112,14 @@ impl KeyedProcessFunction for UserHistory {
 
     fn states(&self) -> Vec<StateDescriptor> {
         states()
+    }
+
+    /// A user's events print as their times and payloads (as text where
+    /// they are UTF-8).
+    fn queryable_states(&self) -> QueryableStates {
+        QueryableStates::new(&["user_id"], key_of_fields).list_with::<Vec<u8>>(EVENTS, |ts, payload| {
+            serde_json::json!({"event_time": format_timestamp(ts), "payload": String::from_utf8_lossy(payload)})
+        })
     }
 
     fn open(&mut self, store: &StateStore) -> Result<(), FunctionError> {

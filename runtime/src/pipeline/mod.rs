@@ -148,6 +148,7 @@ pub struct Pipeline<F: KeyedProcessFunction> {
     checkpoint_dir: Option<PathBuf>,
     restore: Option<RestoreFrom>,
     metrics_addr: Option<std::net::SocketAddr>,
+    queries: Option<Arc<crate::query::QueryService>>,
     shard: Option<Shard>,
 }
 
@@ -170,6 +171,7 @@ where
             checkpoint_dir: None,
             restore: None,
             metrics_addr: None,
+            queries: None,
             shard: None,
         }
     }
@@ -278,6 +280,14 @@ where
     /// shard's fence before each checkpoint goes out, ends with a final
     /// checkpoint when released, and leaves progress and metrics to the
     /// group.
+    /// Lets `service` answer queries on this run's keyed state while it
+    /// runs (see [`crate::query`]); the states it reads are the ones
+    /// [`KeyedProcessFunction::queryable_states`] declares.
+    pub fn query_service(mut self, service: Option<Arc<crate::query::QueryService>>) -> Self {
+        self.queries = service;
+        self
+    }
+
     pub(crate) fn shard(mut self, shard: Shard) -> Self {
         self.shard = Some(shard);
         self
@@ -502,6 +512,9 @@ where
         if let Some(shard) = &self.shard {
             w.progress = shard.progress.clone();
         }
+        if self.queries.is_some() {
+            w.query_queues = Some(Vec::new());
+        }
         let to_sinks = w.spawn_sinks::<F::Out>(par, sink_par)?;
         let mut to_ops = Vec::new();
         let mut stores = Vec::new();
@@ -510,6 +523,18 @@ where
             to_ops.push(tx);
             stores.push(w.spawn_keyed((self.factory)(), i as u32, par, rx, to_sink)?);
         }
+        let _queries = self.queries.as_ref().map(|service| {
+            service.register(
+                self.shard.as_ref().map(|s| s.partition),
+                crate::query::ShardQueries {
+                    instances: w.query_queues.take().unwrap_or_default(),
+                    max_parallelism: w.config.max_parallelism,
+                    clocks: stores.iter().map(|s| s.clock().clone()).collect(),
+                    completed: w.completed.clone(),
+                    progress: w.progress.clone(),
+                },
+            )
+        });
         let restore_time = restore_started.elapsed();
         w.spawn_source(SourceParts {
             source,

@@ -13,6 +13,7 @@ use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
 use crate::progress::{Progress, TaskClock};
+use crate::query::{StateQuery, QUEUE_PER_INSTANCE};
 use crate::task::input::Input;
 use crate::task::keyed::{KeyedTask, TIMERS_STATE};
 use crate::task::sink::OutputSink;
@@ -61,6 +62,8 @@ pub(super) struct Wiring {
     pub(super) tasks: tokio::task::JoinSet<Result<()>>,
     pub(super) clocks: Vec<TaskClock>,
     cold: Option<Arc<CassandraTier>>,
+    /// With a query service: each keyed instance's query queue.
+    pub(super) query_queues: Option<Vec<mpsc::Sender<StateQuery>>>,
 }
 
 impl Wiring {
@@ -93,6 +96,7 @@ impl Wiring {
             tasks: tokio::task::JoinSet::new(),
             clocks: Vec::new(),
             cold,
+            query_queues: None,
         }
     }
 
@@ -192,9 +196,31 @@ impl Wiring {
             acks: self.acks.clone(),
             progress: self.progress.clone(),
             completed: self.completed.clone(),
+            queries: self.query_queues.as_mut().map(|queues| {
+                let (tx, rx) = mpsc::channel(QUEUE_PER_INSTANCE);
+                queues.push(tx);
+                rx
+            }),
+            positions: self.restored_positions(),
         };
         self.tasks.spawn(keyed.run());
         Ok(store)
+    }
+
+    /// Per source split, the position the restored checkpoint read to
+    /// (where a query's answer stands before the first record).
+    fn restored_positions(&self) -> Vec<u64> {
+        let Some(source) = self.restored.as_ref().map(|m| &m.source) else {
+            return Vec::new();
+        };
+        if source.partitions.is_empty() {
+            return vec![source.position.records];
+        }
+        source
+            .partitions
+            .iter()
+            .map(|p| p.offset.max(0) as u64)
+            .collect()
     }
 
     pub(super) fn spawn_source<I: Send + 'static>(&mut self, parts: SourceParts<I>) -> Result<()> {

@@ -50,6 +50,16 @@ impl Cursor {
         }
     }
 
+    /// The position after the record in its split: a file's records read
+    /// so far, a partition's next offset, the next generated index.
+    pub(crate) fn next_position(&self) -> u64 {
+        match self {
+            Cursor::File { position, .. } => position.records,
+            Cursor::Kafka(f) => f.offset as u64 + 1,
+            Cursor::Generated { index, .. } => index + 1,
+        }
+    }
+
     /// The record's number in errors: its line/record number, or offset.
     pub(crate) fn record_number(&self) -> u64 {
         match self {

@@ -19,6 +19,7 @@ use crate::checkpoint::{Ack, OperatorSnapshot, TaskSnapshot};
 use crate::error::{Result, RuntimeError};
 use crate::function::{Context, KeyedProcessFunction, Timers};
 use crate::progress::Progress;
+use crate::query::{AsOf, StateQuery, QUEUE_PER_INSTANCE};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,11 @@ pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
     pub(crate) progress: Arc<Progress>,
     /// The id of the newest completed checkpoint (the restored one at start).
     pub(crate) completed: watch::Receiver<u64>,
+    /// Queries for this instance's keys (with `--query-addr`), answered
+    /// between record batches.
+    pub(crate) queries: Option<mpsc::Receiver<StateQuery>>,
+    /// Per source split, the position after the last record processed.
+    pub(crate) positions: Vec<u64>,
 }
 
 fn failed(e: crate::function::FunctionError) -> RuntimeError {
@@ -79,9 +85,15 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
     }
 
     /// The next input event; completion notices arriving meanwhile are
-    /// handled first (a lost notice is subsumed by the next one).
+    /// handled first (a lost notice is subsumed by the next one), and
+    /// queries are answered while no input waits. After each event the
+    /// queries that queued up meanwhile are answered (at most a queue's
+    /// worth), so a query waits for one batch at most and records for
+    /// one queue of queries at most.
     async fn next_event(&mut self, watching: &mut bool) -> Result<Event<Keyed<F::In>>> {
+        self.answer_queued();
         loop {
+            let querying = self.queries.is_some();
             tokio::select! {
                 biased;
                 changed = self.completed.changed(), if *watching => match changed {
@@ -92,8 +104,32 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
                     Err(_) => *watching = false,
                 },
                 event = self.gate.next() => return event,
+                query = next_query(&mut self.queries), if querying => match query {
+                    Some(q) => self.answer(q),
+                    None => self.queries = None,
+                },
             }
         }
+    }
+
+    fn answer_queued(&mut self) {
+        for _ in 0..QUEUE_PER_INSTANCE {
+            match self.queries.as_mut().map(|q| q.try_recv()) {
+                Some(Ok(query)) => self.answer(query),
+                _ => return,
+            }
+        }
+    }
+
+    /// Answers a query from this instance's store, as of the records
+    /// processed so far (reads block: `block_in_place`).
+    fn answer(&self, query: StateQuery) {
+        let as_of = AsOf {
+            positions: self.positions.clone(),
+            watermark: self.store.clock().watermark(),
+            checkpoint: *self.completed.borrow(),
+        };
+        tokio::task::block_in_place(|| query.answer(&self.store, as_of));
     }
 
     /// After the input ended: waits for the last checkpoint `last` to
@@ -176,6 +212,11 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
     }
 
     fn process(&mut self, r: Keyed<F::In>, buf: &mut Vec<Keyed<F::Out>>) -> Result<()> {
+        let split = r.pos.split as usize;
+        if split >= self.positions.len() {
+            self.positions.resize(split + 1, 0);
+        }
+        self.positions[split] = r.pos.next;
         self.store.set_record_timestamp(r.ts);
         self.store.set_current_key(&r.key, r.hash);
         let mut ctx = Context {
@@ -306,6 +347,14 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         std::fs::create_dir_all(&self.local_checkpoints)
             .map_err(RuntimeError::io(&self.local_checkpoints))?;
         Ok(self.store.begin_checkpoint(local, id)?)
+    }
+}
+
+/// The next query, once there is one (`None`: the sender is gone).
+async fn next_query(queries: &mut Option<mpsc::Receiver<StateQuery>>) -> Option<StateQuery> {
+    match queries {
+        Some(q) => q.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -17,5 +17,16 @@ pub(crate) struct Keyed<T> {
     /// (it routes by it) and reused by the state store.
     pub(crate) hash: u64,
     pub(crate) ts: i64,
+    /// Where the source read it (default for records a keyed function emits).
+    pub(crate) pos: SourcePos,
     pub(crate) value: T,
+}
+
+/// A record's source split and the position after it there (a file's
+/// record count, a Kafka partition's next offset): what a query's answer
+/// reports (see [`crate::query`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SourcePos {
+    pub(crate) split: u32,
+    pub(crate) next: u64,
 }

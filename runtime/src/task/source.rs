@@ -235,6 +235,10 @@ impl<I: Send + 'static> SourceTask<I> {
             key,
             hash,
             ts,
+            pos: super::SourcePos {
+                split: split as u32,
+                next: at.next_position(),
+            },
             value: record,
         });
         if r.batches[target].len() >= self.batch_size {

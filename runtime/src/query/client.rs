@@ -1,0 +1,75 @@
+//! The command line's side of queries: `--query-addr` and
+//! `strata state get --job <url>`.
+
+use crate::error::{Result, RuntimeError};
+use std::net::SocketAddr;
+
+/// The environment variable holding the query token (never a config key:
+/// a config file or `-D` would show it).
+pub const TOKEN_ENV: &str = "STRATA_QUERY_TOKEN";
+
+/// The token from the environment, if set and not empty.
+pub fn token() -> Option<String> {
+    std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty())
+}
+
+/// `--query-addr`: `HOST:PORT`, or `PORT` / `:PORT` for 127.0.0.1.
+///
+/// Errors: [`RuntimeError::Usage`] naming the value.
+pub fn parse_addr(text: &str) -> Result<SocketAddr> {
+    let port_only = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse().map_err(|_| {
+        RuntimeError::Usage(format!(
+            "--query-addr {text}: expected HOST:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:8081) or a port"
+        ))
+    })
+}
+
+/// `strata state get --job <url> <state> <key…>`: asks a running job and
+/// returns its answer's JSON.
+///
+/// Errors: the job cannot be reached, or answers with an error (its
+/// status and reason).
+pub fn get(job: &str, state: &str, key: &[String]) -> Result<serde_json::Value> {
+    let base = job.trim_end_matches('/');
+    let mut url = format!("{base}/state/{}", encode(state));
+    for field in key {
+        url.push('/');
+        url.push_str(&encode(field));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::Function(format!("start a runtime: {e}")))?;
+    runtime.block_on(async {
+        let mut request = reqwest::Client::new()
+            .get(&url)
+            .timeout(std::time::Duration::from_secs(60));
+        if let Some(token) = token() {
+            request = request.bearer_auth(token);
+        }
+        let failed = |e: reqwest::Error| RuntimeError::Usage(format!("--job {job}: {e}"));
+        let reply = request.send().await.map_err(failed)?;
+        let status = reply.status();
+        let bytes = reply.bytes().await.map_err(failed)?;
+        let body: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            RuntimeError::Usage(format!(
+                "--job {job}: {status}, and its answer is not JSON: {e}"
+            ))
+        })?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        Err(RuntimeError::Usage(format!(
+            "--job {job}: {status}: {}",
+            body["error"].as_str().unwrap_or("(no reason given)")
+        )))
+    })
+}
+
+fn encode(segment: &str) -> String {
+    percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
+}

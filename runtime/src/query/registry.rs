@@ -1,0 +1,180 @@
+//! [`QueryService`]: the process's query endpoint and the shards it can
+//! answer for.
+
+use super::answer::{QueryError, StateQuery};
+use super::group::GroupRoute;
+use super::QueryableStates;
+use crate::error::{Result, RuntimeError};
+use crate::progress::Progress;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use strata_cache::key_group::{key_group_of, KeyGroupRange};
+use strata_cache::ttl::Clock;
+use tokio::sync::{mpsc, watch};
+
+/// What a running pipeline (a whole job, or one shard of a group) lets
+/// queries reach: a bounded queue per keyed operator instance.
+pub(crate) struct ShardQueries {
+    pub(crate) instances: Vec<mpsc::Sender<StateQuery>>,
+    pub(crate) max_parallelism: u32,
+    pub(crate) clocks: Vec<Arc<Clock>>,
+    pub(crate) completed: watch::Receiver<u64>,
+    pub(crate) progress: Arc<Progress>,
+}
+
+impl ShardQueries {
+    /// Hands `query` to the instance that owns `key` without waiting: a
+    /// full queue or an instance that ended is a 503.
+    pub(crate) fn send(
+        &self,
+        key: &[u8],
+        query: StateQuery,
+    ) -> std::result::Result<(), QueryError> {
+        let n = self.instances.len() as u32;
+        let kg = key_group_of(key, self.max_parallelism);
+        let index = KeyGroupRange::operator_for(kg, self.max_parallelism, n) as usize;
+        self.instances[index].try_send(query).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => QueryError::unavailable(format!(
+                "keyed instance {index} has {} queries waiting: retry",
+                super::QUEUE_PER_INSTANCE
+            )),
+            mpsc::error::TrySendError::Closed(_) => {
+                QueryError::unavailable(format!("keyed instance {index} has stopped"))
+            }
+        })
+    }
+
+    fn status(&self, partition: Option<i32>) -> serde_json::Value {
+        let watermark = self.clocks.iter().map(|c| c.watermark()).min();
+        serde_json::json!({
+            "partition": partition,
+            "checkpoint": *self.completed.borrow(),
+            "watermark": watermark,
+            "records_processed": self.progress.records_processed.load(Ordering::Relaxed),
+            "instances": self.instances.len(),
+        })
+    }
+}
+
+/// A job's query endpoint (`--query-addr`): serves HTTP/1.1 with JSON on
+/// its own single-threaded tokio runtime (so that connections never take
+/// a worker thread from the job's tasks), and answers for the pipelines
+/// registered with it: the job's, or in a consumer group every shard this
+/// process runs, forwarding the others to their owners (see
+/// [`super::server`] for the routes).
+pub struct QueryService {
+    pub(crate) job: String,
+    pub(crate) spec: QueryableStates,
+    pub(crate) token: Option<String>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) group: Option<GroupRoute>,
+    shards: Mutex<BTreeMap<Option<i32>, Arc<ShardQueries>>>,
+}
+
+impl QueryService {
+    /// Binds `addr` and starts serving queries on the states `spec`
+    /// declares for job `job`. A `token` is required of every request
+    /// (`Authorization: Bearer <token>`); binding an address other than
+    /// loopback without one is refused.
+    ///
+    /// Errors: [`RuntimeError::Usage`] for a non-loopback address without a
+    /// token or an address that cannot be bound.
+    pub fn start(
+        addr: SocketAddr,
+        token: Option<String>,
+        job: &str,
+        spec: QueryableStates,
+    ) -> Result<Arc<Self>> {
+        Self::start_in(addr, token, job, spec, None)
+    }
+
+    pub(crate) fn start_in(
+        addr: SocketAddr,
+        token: Option<String>,
+        job: &str,
+        spec: QueryableStates,
+        group: Option<GroupRoute>,
+    ) -> Result<Arc<Self>> {
+        if !addr.ip().is_loopback() && token.is_none() {
+            return Err(RuntimeError::Usage(format!(
+                "--query-addr {addr} serves other machines: set STRATA_QUERY_TOKEN (the token every request must bring) or bind 127.0.0.1"
+            )));
+        }
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+            RuntimeError::Usage(format!("--query-addr: cannot serve queries on {addr}: {e}"))
+        })?;
+        let bound = listener
+            .local_addr()
+            .map_err(RuntimeError::io(std::path::Path::new("query socket")))?;
+        let service = Arc::new(Self {
+            job: job.to_owned(),
+            spec,
+            token,
+            addr: bound,
+            group,
+            shards: Mutex::new(BTreeMap::new()),
+        });
+        super::server::spawn(service.clone(), listener)?;
+        eprintln!(
+            "strata: serving queries on http://{bound} (GET /state/<state>/<key…>, /jobs/current)"
+        );
+        Ok(service)
+    }
+
+    /// The address it serves on (the port chosen when given port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Makes a running pipeline's instances answer queries until the
+    /// returned guard drops (the pipeline ended).
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        partition: Option<i32>,
+        shard: ShardQueries,
+    ) -> Registration {
+        lock(&self.shards).insert(partition, Arc::new(shard));
+        Registration {
+            service: self.clone(),
+            partition,
+        }
+    }
+
+    pub(crate) fn shard(&self, partition: Option<i32>) -> Option<Arc<ShardQueries>> {
+        lock(&self.shards).get(&partition).cloned()
+    }
+
+    pub(crate) fn status(&self) -> serde_json::Value {
+        let shards: Vec<_> = lock(&self.shards)
+            .iter()
+            .map(|(p, s)| s.status(*p))
+            .collect();
+        serde_json::json!({
+            "job": self.job,
+            "query_addr": self.addr.to_string(),
+            "states": self.spec.names(),
+            "key_fields": self.spec.key_fields(),
+            "group": self.group.as_ref().map(|g| g.describe()),
+            "partitions": shards.iter().filter_map(|s| s["partition"].as_i64()).collect::<Vec<_>>(),
+            "shards": shards,
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps a pipeline registered with a [`QueryService`] while it lives.
+pub(crate) struct Registration {
+    service: Arc<QueryService>,
+    partition: Option<i32>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock(&self.service.shards).remove(&self.partition);
+    }
+}
