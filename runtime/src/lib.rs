@@ -29,6 +29,7 @@ mod metrics;
 mod pipeline;
 pub mod progress;
 pub mod query;
+mod sync;
 mod task;
 mod topic;
 pub mod write_back;

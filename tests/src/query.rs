@@ -36,11 +36,13 @@ pub fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, Value) {
     })
 }
 
-/// Waits (up to a minute) until `addr` answers `/jobs/current` with 200.
+/// Waits (up to a minute) until `addr`'s `/jobs/current` shows a
+/// running pipeline (`shards` not empty).
 pub fn wait_until_serving(addr: &str, token: Option<&str>) {
     let start = std::time::Instant::now();
     while start.elapsed() < std::time::Duration::from_secs(60) {
-        if get(addr, "/jobs/current", token).0 == 200 {
+        let (status, body) = get(addr, "/jobs/current", token);
+        if status == 200 && body["shards"].as_array().is_some_and(|s| !s.is_empty()) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -51,14 +53,21 @@ pub fn wait_until_serving(addr: &str, token: Option<&str>) {
 /// The 60-day window of route-history's state, ms.
 const WINDOW: i64 = 60 * 24 * 3600 * 1000;
 
-/// Each route's flights with their position in their split: `(split
-/// position, date ms, delay)` in input order. `position_of` gives a
-/// flight's index in the whole input and returns its position.
+/// A route: (origin, destination).
+pub type Route = (String, String);
+
+/// Per route, its flights as (index in their split, date ms, delay).
+pub type RouteFlights = HashMap<Route, Vec<(u64, i64, i64)>>;
+
+/// Each route's flights with their place in their split: `(index, date
+/// ms, delay)` in input order, where the index counts from 0 (a file's
+/// row, a partition's offset). `position_of` gets a flight's row in the
+/// whole input and returns its index.
 pub fn route_positions(
     flights: &[Flight],
     mut position_of: impl FnMut(usize, &Flight) -> u64,
-) -> HashMap<(String, String), Vec<(u64, i64, i64)>> {
-    let mut routes: HashMap<(String, String), Vec<(u64, i64, i64)>> = HashMap::new();
+) -> RouteFlights {
+    let mut routes = RouteFlights::new();
     for (i, f) in flights.iter().enumerate() {
         let pos = position_of(i, f);
         routes
@@ -71,8 +80,9 @@ pub fn route_positions(
 
 /// Checks one answer for route-history's `history` of `route` (status
 /// and body as [`get`] returns them) against the route's flights: the
-/// elements must be exactly the route's flights before the position the
-/// answer reports for the route's split (`split`), oldest first, less the
+/// elements must be exactly the route's flights whose index is below the
+/// position the answer reports for the route's split (`split`: the next
+/// row or offset to process), oldest first, less the
 /// ones expired at the watermark it reports; a 404 must mean there are
 /// none. Returns the position the answer stood at.
 pub fn check_history_answer(
@@ -109,10 +119,17 @@ pub fn check_history_answer(
                 .collect()
         })
         .unwrap_or_default();
-    assert_eq!(
-        got, want,
-        "{route:?} as of position {next}, watermark {watermark}: status {status}"
-    );
+    if got != want {
+        let first = got.iter().zip(&want).position(|(g, w)| g != w);
+        panic!(
+            "{route:?} as of position {next}, watermark {watermark}, checkpoint {}: status {status}: {} elements, {} expected; first difference at {first:?}: got {:?}, want {:?}",
+            as_of["checkpoint"],
+            got.len(),
+            want.len(),
+            first.map(|i| &got[i]).or(got.last()),
+            first.map(|i| &want[i]).or(want.last()),
+        );
+    }
     if status == 404 {
         assert!(want.is_empty(), "{route:?}: 404 but it has flights");
     }

@@ -62,17 +62,22 @@ fn lcg(state: &mut u64) -> usize {
     (*state >> 33) as usize
 }
 
-/// Sends `n` queries for random routes, `pause` apart, while the job
-/// runs, checking every answer; returns how many were answered before
-/// the input's end (`total` records).
-fn query_routes(job: &mut Running, flights: &[Flight], n: usize, pause: Duration) -> usize {
-    let routes = route_positions(flights, |i, _| i as u64 + 1);
+/// Sends up to `n` queries for random routes, `pause` apart, while the
+/// job runs, checking every answer; returns how many were answered, and
+/// how many of them before the input's end.
+fn query_routes(
+    job: &mut Running,
+    flights: &[Flight],
+    n: usize,
+    pause: Duration,
+) -> (usize, usize) {
+    let routes = route_positions(flights, |i, _| i as u64);
     let names: Vec<&(String, String)> = {
         let mut v: Vec<_> = routes.keys().collect();
         v.sort();
         v
     };
-    let (mut seed, mut mid_run) = (7u64, 0);
+    let (mut seed, mut mid_run, mut answered) = (7u64, 0, 0);
     for _ in 0..n {
         let route = names[lcg(&mut seed) % names.len()];
         let (status, body) = get(&job.addr, &history_path(route), None);
@@ -86,12 +91,13 @@ fn query_routes(job: &mut Running, flights: &[Flight], n: usize, pause: Duration
         }
         let split = 0;
         let at = check_history_answer(route, &routes[route], split, status, &body);
+        answered += 1;
         if at < flights.len() as u64 {
             mid_run += 1;
         }
         std::thread::sleep(pause);
     }
-    mid_run
+    (answered, mid_run)
 }
 
 fn assert_exact(out: &std::path::Path, flights: &[Flight], what: &str) {
@@ -125,12 +131,13 @@ fn a_thousand_queries_during_the_3m_flight_run_equal_each_route_history_as_of_it
         &out,
         &[
             "checkpoint.interval=2s".into(),
-            "source.max-records-per-second=120000".into(),
+            "source.max-records-per-second=100000".into(),
         ],
         None,
     );
     wait_until_serving(&job.addr, None);
-    let mid_run = query_routes(&mut job, &flights, 1_000, Duration::from_millis(5));
+    let (answered, mid_run) = query_routes(&mut job, &flights, 1_000, Duration::from_millis(5));
+    assert_eq!(answered, 1_000, "the job ended before 1,000 queries");
     assert!(
         mid_run >= 500,
         "only {mid_run} of 1,000 answers came while the job ran"
@@ -152,7 +159,7 @@ fn answers_read_through_l1_l2_and_cassandra_are_exact() {
     let keyspace = unique_keyspace("query");
     let settings: Vec<String> = vec![
         "checkpoint.interval=1s".into(),
-        "source.max-records-per-second=20000".into(),
+        "source.max-records-per-second=10000".into(),
         "state.l1.capacity=1MB".into(),
         "state.l2.capacity=2MB".into(),
         format!("state.l3.contact-points={}", contact_point()),
@@ -160,10 +167,12 @@ fn answers_read_through_l1_l2_and_cassandra_are_exact() {
     ];
     let mut job = start(&input, &out, &settings, None);
     wait_until_serving(&job.addr, None);
-    let mid_run = query_routes(&mut job, &flights, 600, Duration::from_millis(10));
+    // Each query waits for the batch its instance is in, which reads
+    // Cassandra: tens of ms here.
+    let (answered, mid_run) = query_routes(&mut job, &flights, 300, Duration::from_millis(5));
     assert!(
-        mid_run >= 300,
-        "only {mid_run} of 600 answers came while the job ran"
+        answered >= 200 && mid_run * 2 >= answered,
+        "{answered} answers, {mid_run} of them while the job ran"
     );
     let summary = job.finish();
     for figure in ["l3_evictions", "l3_hits"] {

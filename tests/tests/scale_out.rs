@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
 use strata_tests::kafka::*;
+use strata_tests::query;
 use strata_tests::s3::*;
 use strata_tests::*;
 
@@ -18,6 +19,8 @@ use strata_tests::*;
 struct Member {
     child: Child,
     log: PathBuf,
+    /// Its query address (`--query-addr`), when the job serves queries.
+    query: Option<String>,
 }
 
 /// What every member of a test's group shares.
@@ -31,6 +34,8 @@ struct Job<'a> {
     rate: u32,
     /// More `-D` settings.
     extra: Vec<String>,
+    /// Members serve queries (`--query-addr` on a free port).
+    queries: bool,
 }
 
 impl Job<'_> {
@@ -60,9 +65,16 @@ impl Job<'_> {
             .args(self.extra.iter().flat_map(|d| ["-D", d.as_str()]))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
+        let query = self
+            .queries
+            .then(|| format!("127.0.0.1:{}", strata_tests::query::free_port()));
+        if let Some(addr) = &query {
+            cmd.args(["--query-addr", addr]);
+        }
         Member {
             child: cmd.spawn().unwrap(),
             log,
+            query,
         }
     }
 }
@@ -171,6 +183,7 @@ fn job<'a>(tag: &str, prefix: &'a Prefix, dir: &'a Path, rate: u32) -> Job<'a> {
         dir,
         rate,
         extra: Vec::new(),
+        queries: false,
     }
 }
 
@@ -454,5 +467,133 @@ fn a_member_fails_clearly_on_a_topic_not_keyed_by_the_job_or_an_unreachable_stor
     assert!(
         !err.contains("joined consumer group"),
         "it joined first: {err}"
+    );
+}
+
+/// Queries sent to members of a group for random routes, each answer
+/// checked against the flights of the route's partition before the offset
+/// it reports.
+struct GroupQueries {
+    routes: query::RouteFlights,
+    names: Vec<query::Route>,
+    partition: std::collections::HashMap<query::Route, i64>,
+    seed: u64,
+    answered: usize,
+    forwarded: usize,
+    /// 503s (moving partitions) and refused connections (a killed member).
+    unavailable: usize,
+}
+
+impl GroupQueries {
+    /// `flights` as `strata topic load` wrote them to `partitions`
+    /// partitions: by librdkafka's default partitioner (CRC-32 of the
+    /// message key, the route's composite key), offsets from 0 in file order.
+    fn new(flights: &[Flight], partitions: u32) -> Self {
+        let key =
+            |f: &Flight| strata_cache::composite_key::encode(&[f.2.as_bytes(), f.3.as_bytes()]);
+        let part = |f: &Flight| (crc32fast::hash(&key(f)) % partitions) as usize;
+        let mut next = vec![0u64; partitions as usize];
+        let routes = query::route_positions(flights, |_, f| {
+            let p = part(f);
+            next[p] += 1;
+            next[p] - 1
+        });
+        let partition = flights
+            .iter()
+            .map(|f| ((f.2.clone(), f.3.clone()), part(f) as i64))
+            .collect();
+        let mut names: Vec<_> = routes.keys().cloned().collect();
+        names.sort();
+        Self {
+            routes,
+            names,
+            partition,
+            seed: 11,
+            answered: 0,
+            forwarded: 0,
+            unavailable: 0,
+        }
+    }
+
+    /// Asks `member` for a random route; checks the answer unless it is a
+    /// 503 (the route's partition is moving) or the member is gone.
+    fn ask(&mut self, member: &Member) {
+        let addr = member.query.as_deref().expect("a query address");
+        self.seed = self
+            .seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let route = &self.names[(self.seed >> 33) as usize % self.names.len()];
+        let (status, body) = query::get(addr, &query::history_path(route), None);
+        if status == 503 || status == 0 {
+            self.unavailable += 1;
+            return;
+        }
+        assert_eq!(
+            body["partition"].as_i64(),
+            Some(self.partition[route]),
+            "{route:?}: answered for another partition: {body}"
+        );
+        // A shard reads one partition: its only split.
+        query::check_history_answer(route, &self.routes[route], 0, status, &body);
+        self.answered += 1;
+        if body["answered_by"].as_str() != Some(addr) {
+            self.forwarded += 1;
+        }
+    }
+
+    /// Asks the members in turn for `time`.
+    fn ask_for(&mut self, members: &[&Member], time: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < time {
+            for m in members {
+                self.ask(m);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn queries_to_any_member_are_answered_by_the_owner_across_a_join_and_a_sigkill() {
+    require_kafka();
+    require_s3();
+    let head = flights_head(300_000);
+    let (prefix, dir) = (Prefix::unique("gquery"), tempfile::tempdir().unwrap());
+    let mut job = job("gq", &prefix, dir.path(), 2_000);
+    job.queries = true;
+    load_flights(&head, &job.input, 8);
+    let mut queries = GroupQueries::new(&parquet_flights(&head), 8);
+    let a = job.start("a");
+    let b = job.start("b");
+    for m in [&a, &b] {
+        m.wait_for("an assignment", Duration::from_secs(60), |_| {
+            m.assignments() > 0
+        });
+    }
+    queries.ask_for(&[&a, &b], Duration::from_secs(4));
+    let c = job.start("c");
+    c.wait_for("the joiner's assignment", Duration::from_secs(60), |_| {
+        c.assignments() > 0
+    });
+    queries.ask_for(&[&a, &b, &c], Duration::from_secs(4));
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    queries.ask_for(&[&a, &c], Duration::from_secs(6));
+    assert!(
+        queries.answered >= 50 && queries.forwarded >= 10,
+        "{} answers, {} forwarded, {} unavailable",
+        queries.answered,
+        queries.forwarded,
+        queries.unavailable
+    );
+    let limit = Duration::from_secs(300);
+    a.finish(limit);
+    c.finish(limit);
+    check_exact(
+        &job.output,
+        &reference_route_history(&head),
+        "queries, a join and a SIGKILL",
     );
 }

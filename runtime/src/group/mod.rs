@@ -41,6 +41,7 @@ use crate::checkpoint::CheckpointMetadata;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::JobReport;
 use crate::progress::Progress;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,10 +163,6 @@ struct Ended {
     result: Result<JobReport>,
     end: ShardEnd,
     elapsed: Duration,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct Listener(Arc<Shards>);

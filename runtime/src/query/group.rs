@@ -9,6 +9,7 @@
 
 use super::answer::QueryError;
 use super::registry::QueryService;
+use crate::sync::lock;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use std::sync::Mutex;
@@ -140,10 +141,6 @@ impl GroupRoute {
         }
         Ok(response)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

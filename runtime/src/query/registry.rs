@@ -6,6 +6,7 @@ use super::group::GroupRoute;
 use super::QueryableStates;
 use crate::error::{Result, RuntimeError};
 use crate::progress::Progress;
+use crate::sync::lock;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -161,10 +162,6 @@ impl QueryService {
             "shards": shards,
         })
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Keeps a pipeline registered with a [`QueryService`] while it lives.
