@@ -422,8 +422,11 @@ proptest! {
                 TtlOp::Compact => { s.flush().unwrap(); s.compact().unwrap(); }
             }
             for k in 0u8..6 {
-                let got: Vec<u32> = l.get(&[k]).unwrap().iter().copied().collect();
                 let want: Vec<u32> = model.get(&k).map(|v| v.iter().filter(|(ts, _)| watermark == i64::MIN || ts + 10 > watermark).map(|(_, v)| *v).collect()).unwrap_or_default();
+                // A query's read first: it must hide the same elements.
+                let peeked: Vec<u32> = l.peek(&[k]).unwrap().unwrap_or_default().into_iter().map(|(_, v)| v).collect();
+                prop_assert_eq!(&peeked, &want, "peek of key {} at watermark {}", k, watermark);
+                let got: Vec<u32> = l.get(&[k]).unwrap().iter().copied().collect();
                 prop_assert_eq!(got, want, "key {} at watermark {}", k, watermark);
             }
         }
@@ -613,4 +616,43 @@ fn blind_appends_under_a_tiny_l1_read_back_exactly() {
 #[test]
 fn blind_appends_with_ttl_under_a_tiny_l1_read_back_exactly() {
     blind_appends_read_back_exactly(Some(std::time::Duration::from_secs(100)));
+}
+
+/// A query's read (`peek`) finds a key in L2 without moving it to L1: the
+/// job's next read of it is still an L1 miss, and the peek itself counts
+/// no L1 hit or miss.
+#[test]
+fn a_peek_reads_l2_without_promoting_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), 16 << 10);
+    let events = s.list_state::<u32>("events").unwrap();
+    let count = s.value_state::<u64>("count").unwrap();
+    for k in 0u32..2_000 {
+        events.add(&k.to_be_bytes(), k).unwrap();
+        count.update(&k.to_be_bytes(), u64::from(k)).unwrap();
+    }
+    s.flush().unwrap();
+    // Key 0 was written first: long evicted from a 16 KiB L1.
+    let key = 0u32.to_be_bytes();
+    let before = s.stats();
+    let list = events.peek(&key).unwrap().expect("key 0's list");
+    assert_eq!(list.iter().map(|(_, v)| *v).collect::<Vec<_>>(), vec![0]);
+    assert_eq!(count.peek(&key).unwrap(), Some(0));
+    let after = s.stats();
+    assert_eq!(
+        (after.l1_hits, after.l1_misses),
+        (before.l1_hits, before.l1_misses)
+    );
+    assert!(after.l2_hits > before.l2_hits, "the peeks did not read L2");
+    events.get(&key).unwrap();
+    assert_eq!(
+        s.stats().l1_misses,
+        before.l1_misses + 1,
+        "the peek promoted the list"
+    );
+    assert_eq!(
+        events.peek(&9_999u32.to_be_bytes()).unwrap(),
+        None,
+        "a key never written"
+    );
 }

@@ -82,7 +82,9 @@ pub fn flights_head(rows: usize) -> PathBuf {
     dir.join(format!("flights-{rows}.parquet"))
 }
 
-fn write_flights_head(rows: usize, dir: &Path) {
+/// Writes the first `rows` flights of the flights file to
+/// `<dir>/flights-<rows>.parquet`.
+pub fn write_flights_head(rows: usize, dir: &Path) {
     let file = std::fs::File::open(flights_path()).expect("flights file");
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .expect("parquet")

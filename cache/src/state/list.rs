@@ -214,14 +214,14 @@ where
     /// Errors: as [`ListState::get`].
     pub fn peek(&self, key: &[u8]) -> Result<Option<Vec<(i64, T)>>> {
         let t = &*self.0.tiers;
-        let cutoff = t.expiry_cutoff(self.0.id).unwrap_or(i64::MIN);
+        let cutoff = t.expiry_cutoff(self.0.id);
         let live = with_key(t, self.0.id, key, &[], |hot, k| {
             if let Some(slot) = t.l1_peek(hot, k)? {
                 let list = downcast::<ListValue<T>>(t, &slot)?;
                 return Ok(list
                     .items
                     .iter()
-                    .filter(|(ts, _)| *ts > cutoff)
+                    .filter(|(ts, _)| cutoff.is_none_or(|c| *ts > c))
                     .cloned()
                     .collect());
             }

@@ -110,6 +110,37 @@ impl Handles {
 
     /// Every key of every state reads as the model says.
     pub fn check(&self, m: &Model) -> Result<(), TestCaseError> {
+        // A query's reads first (they must not change what the reads
+        // after them see), then the job's.
+        for k in 0u8..12 {
+            prop_assert_eq!(
+                self.count.peek(&[k]).unwrap(),
+                m.values.get(&k).copied(),
+                "peeked value of key {}",
+                k
+            );
+            let peeked: Vec<u32> = self
+                .events
+                .peek(&[k])
+                .unwrap()
+                .map(|l| l.into_iter().map(|(_, v)| v).collect())
+                .unwrap_or_default();
+            prop_assert_eq!(
+                peeked,
+                m.lists.get(&k).cloned().unwrap_or_default(),
+                "peeked list of key {}",
+                k
+            );
+            for (a, b) in m.maps.get(&k).into_iter().flatten() {
+                prop_assert_eq!(
+                    self.attrs.peek(&[k], a).unwrap(),
+                    Some(*b),
+                    "peeked map entry {} of key {}",
+                    a,
+                    k
+                );
+            }
+        }
         for k in 0u8..12 {
             prop_assert_eq!(
                 self.count.get(&[k]).unwrap(),
