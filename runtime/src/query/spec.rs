@@ -292,3 +292,72 @@ where
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_cache::StateDescriptor;
+
+    fn one_field(fields: &[String]) -> crate::Result<Vec<u8>> {
+        Ok(fields.concat().into_bytes())
+    }
+
+    #[test]
+    fn value_list_and_map_states_print_through_a_query() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::builder(dir.path())
+            .state(StateDescriptor::value("count"))
+            .state(StateDescriptor::list("clicks"))
+            .state(StateDescriptor::map("seen"))
+            .open()
+            .unwrap();
+        let spec = QueryableStates::new(&["user"], one_field)
+            .value::<u64>("count")
+            .list::<String>("clicks")
+            .map::<String, i64>("seen");
+        let key = spec.key(&["alice".into()]).unwrap();
+        store
+            .value_state::<u64>("count")
+            .unwrap()
+            .update(&key, 3)
+            .unwrap();
+        let clicks = store.list_state::<String>("clicks").unwrap();
+        for (ts, page) in [(10, "a"), (20, "b"), (30, "c")] {
+            store.set_record_timestamp(ts);
+            clicks.add(&key, page.to_owned()).unwrap();
+        }
+        let seen = store.map_state::<String, i64>("seen").unwrap();
+        seen.put(&key, &"x".to_owned(), 1).unwrap();
+        seen.put(&key, &"7".to_owned(), 2).unwrap();
+        let read = |state: &str, params: Params| {
+            spec.reader(state)
+                .unwrap()
+                .read(&store, &key, &params)
+                .unwrap()
+        };
+        assert_eq!(read("count", Params::default()), Some(serde_json::json!(3)));
+        let some = Params {
+            since: Some(20),
+            limit: Some(1),
+            ..Params::default()
+        };
+        assert_eq!(read("clicks", some), Some(serde_json::json!(["b"])));
+        let all = read("seen", Params::default()).unwrap();
+        assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
+        // A map key given as text is tried as JSON first, then as a string.
+        let entry = |e: &str| Params {
+            entry: Some(e.into()),
+            ..Params::default()
+        };
+        assert_eq!(read("seen", entry("x")), Some(serde_json::json!(1)));
+        assert_eq!(read("seen", entry("\"7\"")), Some(serde_json::json!(2)));
+        assert_eq!(read("seen", entry("y")), None);
+        let other = spec.key(&["bob".into()]).unwrap();
+        let reader = spec.reader("count").unwrap();
+        assert_eq!(
+            reader.read(&store, &other, &Params::default()).unwrap(),
+            None
+        );
+        assert_eq!(spec.reader("nope").err().map(|e| e.status), Some(404));
+    }
+}
