@@ -23,6 +23,7 @@
 //! | `watermark.out-of-orderness` | `0s` | 0–365d | how far behind the newest timestamp a record may be |
 //! | `watermark.interval` | `200ms` | 1ms–1h | how often the source emits a watermark and sends partial batches |
 //! | `source.csv.multiline-fields` | `false` | `true`, `false` | whether a quoted CSV field may hold line breaks (if not, one that does is a bad record: a stray quote) |
+//! | `query.partitioner` | `consistent` | `consistent`, `murmur2` | in a consumer group, how `--query-addr` finds a key's partition: librdkafka's default (CRC-32, what `strata topic load` writes) or the Java clients' (Kafka Streams') |
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
 //! | `state.l2.capacity` | absent = unbounded | 1MB–1PB | L2 bytes on disk per instance beyond which cold keys move to L3 (needs L3) |
 //! | `source.idle-timeout` | absent = never idle | 1ms–1d | a split (Kafka partition) without records this long does not hold the watermark back |
@@ -98,6 +99,8 @@ pub struct JobConfig {
     pub bad_input: BadInputPolicy,
     /// Whether a quoted CSV field may hold line breaks.
     pub csv_multiline_fields: bool,
+    /// How a consumer group's query endpoint finds a key's partition.
+    pub query_partitioner: crate::query::Partitioner,
     /// L2 bytes on disk per instance beyond which cold keys move to L3.
     pub l2_capacity: Option<u64>,
     /// The cold tier (off unless contact points are set).
@@ -131,6 +134,7 @@ impl Default for JobConfig {
             watermark_interval: Duration::from_millis(200),
             bad_input: BadInputPolicy::Fail,
             csv_multiline_fields: false,
+            query_partitioner: crate::query::Partitioner::Consistent,
             l2_capacity: None,
             l3: L3Settings::default(),
             idle_timeout: None,
@@ -347,6 +351,15 @@ impl JobConfig {
             "watermark.interval" => {
                 self.watermark_interval =
                     duration(key, v, Duration::from_millis(1), Duration::from_secs(3600))?
+            }
+            "query.partitioner" => {
+                self.query_partitioner = match text(key, v)?.trim() {
+                    "consistent" => crate::query::Partitioner::Consistent,
+                    "murmur2" => crate::query::Partitioner::Murmur2,
+                    other => {
+                        return Err(bad(key, format!("'{other}' is not consistent or murmur2")))
+                    }
+                }
             }
             "source.csv.multiline-fields" => {
                 self.csv_multiline_fields = match text(key, v)?.trim() {

@@ -86,6 +86,7 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
                 &group,
                 topic,
                 partitions,
+                config.query_partitioner,
             )),
         )?),
         None => None,

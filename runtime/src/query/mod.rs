@@ -34,6 +34,7 @@ mod server;
 mod spec;
 
 pub(crate) use answer::{AsOf, StateQuery};
+pub use group::Partitioner;
 pub(crate) use group::{advertise, GroupRoute};
 pub use registry::QueryService;
 pub(crate) use registry::ShardQueries;
