@@ -107,17 +107,27 @@ fn assert_exact(out: &std::path::Path, flights: &[Flight], what: &str) {
     }
 }
 
-/// The status a request for `/state/history/<field>/PHL` sent over a raw
-/// socket gets (an HTTP client refuses to build a URL over 64 kB).
-fn raw_status(addr: &str, field: &str) -> u16 {
+/// Sends `request` as it is over a socket (what an HTTP client would not
+/// send: a URL over 64 kB, another method): the status and the rest.
+fn raw(addr: &str, request: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(addr).unwrap();
-    let request = format!("GET /state/history/{field}/PHL HTTP/1.1\r\nHost: x\r\n\r\n");
     let _ = c.write_all(request.as_bytes());
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut head = [0u8; 12];
-    c.read_exact(&mut head).expect("a status line");
-    String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0)
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+/// The status a request for `/state/history/<field>/PHL` gets.
+fn raw_status(addr: &str, field: &str) -> u16 {
+    raw(
+        addr,
+        &format!("GET /state/history/{field}/PHL HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+    .0
 }
 
 #[test]
@@ -192,7 +202,7 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
     let mut job = start(
         &input,
         &out,
-        &["source.max-records-per-second=20000".into()],
+        &["source.max-records-per-second=8000".into()],
         Some(token),
     );
     wait_until_serving(&job.addr, Some(token));
@@ -255,6 +265,18 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
             404,
             "has not seen it",
         ),
+        (
+            "an option twice",
+            "/state/history/LAS/PHL?limit=1&limit=2".into(),
+            400,
+            "given twice",
+        ),
+        (
+            "a map option on a list",
+            "/state/history/LAS/PHL?entry=x".into(),
+            400,
+            "entry applies to map states",
+        ),
     ];
     for (what, path, want, says) in cases {
         let (status, body) = if what == "no token" {
@@ -274,11 +296,30 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
         401,
         "a wrong token"
     );
-    // The command line's client, with the token from the environment.
+    // The command line's client, with the token from the environment,
+    // for the route of the first flight (seen at once).
     let url = format!("http://{a}");
+    let (origin, destination) = (&flights[0].2, &flights[0].3);
+    let first = history_path(&(origin.clone(), destination.clone()));
+    let waited = Instant::now();
+    while ask(&first).0 != 200 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the first flight never showed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let cli = |token: &str| {
         Command::new(strata_bin())
-            .args(["state", "get", "--job", &url, "history", "LAS", "PHL"])
+            .args([
+                "state",
+                "get",
+                "--job",
+                &url,
+                "history",
+                origin,
+                destination,
+            ])
             .env("STRATA_QUERY_TOKEN", token)
             .output()
             .unwrap()
@@ -286,7 +327,11 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
     let o = cli(token);
     assert!(o.status.success(), "{}", error_line(&o));
     let answer: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(answer["key"], serde_json::json!(["LAS", "PHL"]), "{answer}");
+    assert_eq!(
+        answer["key"],
+        serde_json::json!([origin, destination]),
+        "{answer}"
+    );
     assert!(
         answer["value"].as_array().is_some_and(|v| !v.is_empty()),
         "{answer}"
@@ -297,6 +342,21 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
         "{}",
         error_line(&o)
     );
+    let o = strata(&["state", "get", "--job", &a, "history", "LAS", "PHL"]);
+    assert!(
+        error_line(&o).contains("not an http:// address"),
+        "{}",
+        error_line(&o)
+    );
+    // The scheme is case-insensitive; other methods are refused in JSON.
+    let (status, body) = raw(&a, &format!("GET /jobs/current HTTP/1.1\r\nHost: x\r\nAuthorization: bearer {token}\r\nConnection: close\r\n\r\n"));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = raw(
+        &a,
+        "POST /jobs/current HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 405, "{body}");
+    assert!(body.contains("\"error\""), "{body}");
     let long = format!("/state/history/{}/PHL", "A".repeat(10_000));
     let (status, body) = ask(&long);
     assert_eq!(status, 414, "a 10 kB path: {body}");
@@ -305,8 +365,10 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
         431,
         "a 1 MB request line"
     );
-    // 10,000 connections held open with half a request each: the endpoint
-    // still answers, and the job goes on.
+    // 10,000 connections held open with half a request each: at most 512
+    // are served at once, the others get a 503 and are closed (so they
+    // cannot use up the job's file descriptors); the endpoint still
+    // answers, and the job goes on.
     let mut held = Vec::new();
     for _ in 0..10_000 {
         match std::net::TcpStream::connect(&a) {
@@ -318,6 +380,13 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
             Err(e) => panic!("connection {} refused: {e}", held.len()),
         }
     }
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", job.child.id()))
+        .unwrap()
+        .count();
+    assert!(
+        fds < 2_000,
+        "the job holds {fds} file descriptors with 10,000 connections open"
+    );
     let started = Instant::now();
     let (status, body) = ask("/state/history/LAS/PHL");
     assert!(

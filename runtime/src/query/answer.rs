@@ -18,6 +18,24 @@ pub(crate) struct Params {
     pub(crate) entry: Option<String>,
 }
 
+impl Params {
+    /// Refuses options that mean nothing for a state of `kind`.
+    pub(crate) fn applies_to(&self, state: &str, kind: &str) -> Result<(), QueryError> {
+        let wrong = |option: &str, applies: &str| {
+            Err(QueryError::bad_request(format!(
+                "{option} applies to {applies} states; '{state}' is a {kind} state"
+            )))
+        };
+        if kind != "list" && (self.since.is_some() || self.limit.is_some()) {
+            return wrong("since and limit", "list");
+        }
+        if kind != "map" && self.entry.is_some() {
+            return wrong("entry", "map");
+        }
+        Ok(())
+    }
+}
+
 /// Why a query got no answer: an HTTP status and a one-line reason.
 #[derive(Debug, Clone)]
 pub(crate) struct QueryError {
@@ -84,8 +102,12 @@ pub(crate) struct StateQuery {
 
 impl StateQuery {
     /// Answers from the instance's `store` (blocking: RocksDB and L3 reads)
-    /// as of `as_of`. A client that gave up is not an error.
+    /// as of `as_of`. A client that gave up (timed out, went away) is not
+    /// answered.
     pub(crate) fn answer(self, store: &StateStore, as_of: AsOf) {
+        if self.reply.is_closed() {
+            return;
+        }
         let answer = self
             .reader
             .read(store, &self.key, &self.params)

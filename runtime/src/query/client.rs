@@ -13,19 +13,25 @@ pub fn token() -> Option<String> {
     std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty())
 }
 
-/// `--query-addr`: `HOST:PORT`, or `PORT` / `:PORT` for 127.0.0.1.
+/// `--query-addr`: `HOST:PORT` (an address, or a host name resolved to
+/// its first address), or `PORT` / `:PORT` for 127.0.0.1.
 ///
 /// Errors: [`RuntimeError::Usage`] naming the value.
 pub fn parse_addr(text: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
     let port_only = text.strip_prefix(':').unwrap_or(text);
     if let Ok(port) = port_only.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    text.parse().map_err(|_| {
+    let wrong = |why: String| {
         RuntimeError::Usage(format!(
-            "--query-addr {text}: expected HOST:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:8081) or a port"
+            "--query-addr {text}: {why}; expected HOST:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:8081, localhost:8081) or a port"
         ))
-    })
+    };
+    text.to_socket_addrs()
+        .map_err(|e| wrong(e.to_string()))?
+        .next()
+        .ok_or_else(|| wrong("it names no address".into()))
 }
 
 /// `strata state get --job <url> <state> <key…>`: asks a running job and
@@ -35,6 +41,18 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr> {
 /// status and reason).
 pub fn get(job: &str, state: &str, key: &[String]) -> Result<serde_json::Value> {
     let base = job.trim_end_matches('/');
+    let wrong = |why: &str| {
+        RuntimeError::Usage(format!(
+            "--job {job}: {why}; expected the job's query address as http://HOST:PORT"
+        ))
+    };
+    match base.strip_prefix("http://") {
+        None => return Err(wrong("not an http:// address")),
+        Some(rest) if rest.is_empty() || rest.contains(['/', '?', '#']) => {
+            return Err(wrong("give the address alone, without a path"))
+        }
+        Some(_) => {}
+    }
     let mut url = format!("{base}/state/{}", encode(state));
     for field in key {
         url.push('/');
@@ -51,7 +69,8 @@ pub fn get(job: &str, state: &str, key: &[String]) -> Result<serde_json::Value> 
         if let Some(token) = token() {
             request = request.bearer_auth(token);
         }
-        let failed = |e: reqwest::Error| RuntimeError::Usage(format!("--job {job}: {e}"));
+        let failed =
+            |e: reqwest::Error| RuntimeError::Usage(format!("--job {job}: {}", causes(&e)));
         let reply = request.send().await.map_err(failed)?;
         let status = reply.status();
         let bytes = reply.bytes().await.map_err(failed)?;
@@ -68,6 +87,21 @@ pub fn get(job: &str, state: &str, key: &[String]) -> Result<serde_json::Value> 
             body["error"].as_str().unwrap_or("(no reason given)")
         )))
     })
+}
+
+/// An error with its causes, innermost last ("error sending request: …:
+/// Connection refused").
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn encode(segment: &str) -> String {

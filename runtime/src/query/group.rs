@@ -12,6 +12,7 @@ use super::registry::QueryService;
 use crate::sync::lock;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use strata_connectors::kafka::{describe_group, MemberInfo};
@@ -115,6 +116,33 @@ impl GroupRoute {
             partitioner,
             members: Mutex::new(None),
             client: reqwest::Client::new(),
+        }
+    }
+
+    /// The address other members reach `bound` at: itself, or for an
+    /// unspecified address (`0.0.0.0`, `::`) the address of the interface
+    /// this machine reaches the first broker through.
+    pub(crate) fn advertised(&self, bound: SocketAddr) -> SocketAddr {
+        if !bound.ip().is_unspecified() {
+            return bound;
+        }
+        let toward = self.brokers.split(',').next().unwrap_or_default();
+        let local = toward
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .and_then(|broker| {
+                let any: SocketAddr = match broker {
+                    SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
+                    SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+                };
+                let probe = std::net::UdpSocket::bind(any).ok()?;
+                probe.connect(broker).ok()?;
+                probe.local_addr().ok()
+            });
+        match local {
+            Some(local) => SocketAddr::new(local.ip(), bound.port()),
+            None => bound,
         }
     }
 

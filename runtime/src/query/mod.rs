@@ -28,6 +28,7 @@
 
 mod answer;
 pub mod client;
+pub mod connections;
 mod group;
 mod registry;
 mod server;

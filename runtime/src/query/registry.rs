@@ -103,28 +103,36 @@ impl QueryService {
                 "--query-addr {addr} serves other machines: set STRATA_QUERY_TOKEN (the token every request must bring) or bind 127.0.0.1"
             )));
         }
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        let listener = super::connections::bind(addr).map_err(|e| {
             RuntimeError::Usage(format!("--query-addr: cannot serve queries on {addr}: {e}"))
         })?;
         let bound = listener
             .local_addr()
             .map_err(RuntimeError::io(std::path::Path::new("query socket")))?;
+        // Other members reach it here (answers name it in `answered_by`).
+        let advertised = group.as_ref().map_or(bound, |g| g.advertised(bound));
         let service = Arc::new(Self {
             job: job.to_owned(),
             spec,
             token,
-            addr: bound,
+            addr: advertised,
             group,
             shards: Mutex::new(BTreeMap::new()),
         });
         super::server::spawn(service.clone(), listener)?;
+        let seen_as = if advertised == bound {
+            String::new()
+        } else {
+            format!(", advertised to the group as {advertised}")
+        };
         eprintln!(
-            "strata: serving queries on http://{bound} (GET /state/<state>/<key…>, /jobs/current)"
+            "strata: serving queries on http://{bound}{seen_as} (GET /state/<state>/<key…>, /jobs/current)"
         );
         Ok(service)
     }
 
-    /// The address it serves on (the port chosen when given port 0).
+    /// The address it serves on (the port chosen when given port 0; in a
+    /// group, for an unspecified address, the one other members use).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }

@@ -11,10 +11,11 @@
 //!   (shard) its completed checkpoint, watermark and records processed.
 //!
 //! Errors are JSON `{"error": "<one line>"}` with a status: 400 (a
-//! malformed key, field or option), 401 (no or a wrong token), 404 (an
-//! unknown state or route, or a key with no live state; that body has
-//! `as_of` too), 414 (a path over 8 KiB; hyper answers 431 to a request
-//! line or headers over its buffer), 503 with `Retry-After` (the instance's queue is full, the
+//! malformed key, field or option, an option twice or one that does not
+//! apply to the state's kind), 401 (no or a wrong token), 404 (an unknown
+//! state or route, or a key with no live state; that body has `as_of`
+//! too), 405 (not GET), 414 (a path over 8 KiB; hyper itself answers 400,
+//! 414 or 431 with an empty body to what it cannot parse), 503 with `Retry-After` (the instance's queue is full, the
 //! key's partition is moving, the job is not running), 504 (no answer in
 //! 30 s), 500 (a read failed).
 
@@ -49,17 +50,14 @@ pub(super) fn spawn(
         .route("/state/{*rest}", get(state))
         .route("/jobs/current", get(current))
         .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(service);
     std::thread::Builder::new()
         .name("strata-query".into())
         .spawn(move || {
             runtime.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(listener) => {
-                        if let Err(e) = axum::serve(listener, app).await {
-                            eprintln!("strata: the query endpoint stopped: {e}");
-                        }
-                    }
+                    Ok(listener) => super::connections::serve(listener, app).await,
                     Err(e) => eprintln!("strata: the query endpoint could not start: {e}"),
                 }
             })
@@ -89,18 +87,33 @@ fn authorize(service: &QueryService, headers: &HeaderMap) -> Result<(), QueryErr
     let Some(token) = &service.token else {
         return Ok(());
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(t) if t == token => Ok(()),
+    let Some(given) = headers.get(header::AUTHORIZATION) else {
+        return Err(QueryError::new(
+            401,
+            "this endpoint needs a token: Authorization: Bearer <STRATA_QUERY_TOKEN>".into(),
+        ));
+    };
+    // The scheme is case-insensitive (RFC 9110); the token is compared
+    // in time independent of where it differs.
+    let bearer = given
+        .as_bytes()
+        .split_at_checked(7)
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case(b"bearer "))
+        .map(|(_, t)| t);
+    match bearer {
+        Some(t) if same_secret(t, token.as_bytes()) => Ok(()),
         Some(_) => Err(QueryError::new(401, "wrong token".into())),
         None => Err(QueryError::new(
             401,
-            "this endpoint needs a token: Authorization: Bearer <STRATA_QUERY_TOKEN>".into(),
+            "the Authorization header is not 'Bearer <token>'".into(),
         )),
     }
+}
+
+/// Whether `a` equals `b`, looking at every byte whatever the first
+/// difference (no timing hint of how much of a guess was right).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 async fn unknown_route(uri: Uri) -> Response {
@@ -108,6 +121,13 @@ async fn unknown_route(uri: Uri) -> Response {
         "no route {}: use GET /state/<state>/<key fields…> or GET /jobs/current",
         uri.path()
     )))
+}
+
+async fn wrong_method(method: axum::http::Method) -> Response {
+    error(QueryError::new(
+        405,
+        format!("{method} is not served: queries are GET requests"),
+    ))
 }
 
 async fn current(State(service): State<Arc<QueryService>>, headers: HeaderMap) -> Response {
@@ -158,8 +178,17 @@ fn parse(uri: &Uri) -> Result<Request, QueryError> {
             "expected /state/<state>/<key field>[/<key field>…], no empty segment".into(),
         ));
     }
-    let Query(options) = Query::<HashMap<String, String>>::try_from_uri(uri)
+    let Query(given) = Query::<Vec<(String, String)>>::try_from_uri(uri)
         .map_err(|e| QueryError::bad_request(format!("malformed query string: {e}")))?;
+    let mut options = HashMap::new();
+    for (name, value) in given {
+        if options.insert(name.clone(), value).is_some() {
+            return Err(QueryError::bad_request(format!(
+                "option '{}' is given twice",
+                clip(&name)
+            )));
+        }
+    }
     Ok(Request {
         state,
         fields,
@@ -174,14 +203,15 @@ fn params(options: &HashMap<String, String>) -> Result<Params, QueryError> {
         .find(|k| !["since", "limit", "entry", "forwarded"].contains(&k.as_str()))
     {
         return Err(QueryError::bad_request(format!(
-            "unknown option '{unknown}' (known: since, limit, entry)"
+            "unknown option '{}' (known: since, limit, entry)",
+            clip(unknown)
         )));
     }
     let limit = options
         .get("limit")
         .map(|l| {
             l.parse::<usize>()
-                .map_err(|_| QueryError::bad_request(format!("limit={l} is not a count")))
+                .map_err(|_| QueryError::bad_request(format!("limit={} is not a count", clip(l))))
         })
         .transpose()?;
     Ok(Params {
@@ -189,6 +219,14 @@ fn params(options: &HashMap<String, String>) -> Result<Params, QueryError> {
         limit,
         entry: options.get("entry").cloned(),
     })
+}
+
+/// `text`, cut to 100 characters for an error message.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(100) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
 /// An event time given as ms since the epoch or `YYYY-MM-DDTHH:MM:SS` (UTC).
@@ -200,7 +238,8 @@ fn event_time(text: &str) -> Result<i64, QueryError> {
         .map(|t| t.and_utc().timestamp_millis())
         .map_err(|_| {
             QueryError::bad_request(format!(
-                "since={text} is neither ms since the epoch nor YYYY-MM-DDTHH:MM:SS"
+                "since={} is neither ms since the epoch nor YYYY-MM-DDTHH:MM:SS",
+                clip(text)
             ))
         })
 }
@@ -220,6 +259,7 @@ async fn answer(
     authorize(service, headers)?;
     let request = parse(uri)?;
     let reader = service.spec.reader(&request.state)?;
+    request.params.applies_to(&request.state, reader.kind())?;
     let key = service.spec.key(&request.fields)?;
     let (shard, partition) = match &service.group {
         None => (service.shard(None), None),
