@@ -40,7 +40,7 @@ enum Command {
         #[command(subcommand)]
         command: CheckpointsCommand,
     },
-    /// Read keyed state from the latest completed checkpoint.
+    /// Read keyed state from the latest completed checkpoint, or from a running job (--job).
     State {
         #[command(subcommand)]
         command: StateCommand,

@@ -74,6 +74,12 @@ fn error_with(e: QueryError, mut body: Value) -> Response {
     body["error"] = Value::String(e.message);
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, Json(body)).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+    }
     if let Some(secs) = e.retry_after {
         response
             .headers_mut()
