@@ -6,7 +6,7 @@
 //!        [--query-addr <host:port>]
 //! strata checkpoints list <checkpoint-dir>
 //! strata state get <checkpoint-dir> <state-name> <key>...
-//! strata state get --job http://<query-addr> <state-name> <key>...
+//! strata state get --job http://<query-addr> [--since T] [--limit N] [--entry K] <state-name> <key>...
 //! strata migration write-back <job> --checkpoint-dir <dir> [--config <file.toml>] [-D key=value ...]
 //! strata topic load <file> --brokers <host:port> --topic <T> --key <col>[,<col>...] [--partitions N]
 //! strata topic read --brokers <host:port> --topic <T> [--read-committed] [--output <file.jsonl>]
@@ -177,6 +177,16 @@ enum StateCommand {
         /// The query address of a running job, instead of a checkpoint directory.
         #[arg(long, value_name = "URL")]
         job: Option<String>,
+        /// With --job, a list state's elements written at or after this
+        /// event time (ms since the epoch, or YYYY-MM-DDTHH:MM:SS UTC).
+        #[arg(long, requires = "job")]
+        since: Option<String>,
+        /// With --job, at most this many list elements (the oldest first).
+        #[arg(long, requires = "job")]
+        limit: Option<String>,
+        /// With --job, one entry of a map state (its key, as JSON or text).
+        #[arg(long, requires = "job")]
+        entry: Option<String>,
         /// Without --job: a checkpoint directory, or an object store
         /// (`s3://bucket/prefix`), whose newest checkpoint is then
         /// downloaded to a temporary folder; then the state's name and the
@@ -244,10 +254,18 @@ pub fn main(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::State {
-            command: StateCommand::Get { job, args },
+            command:
+                StateCommand::Get {
+                    job,
+                    since,
+                    limit,
+                    entry,
+                    args,
+                },
         } => {
+            let options = [("since", since), ("limit", limit), ("entry", entry)];
             let json = match job {
-                Some(url) => crate::query::client::get(&url, &args[0], &args[1..])?,
+                Some(url) => crate::query::client::get(&url, &args[0], &args[1..], &options)?,
                 None => state_from_checkpoint(&args)?,
             };
             print_line(&json.to_string())

@@ -342,6 +342,29 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
         "{}",
         error_line(&o)
     );
+    let url_for_limit = format!("http://{a}");
+    let o = Command::new(strata_bin())
+        .args([
+            "state",
+            "get",
+            "--job",
+            &url_for_limit,
+            "--since",
+            "0",
+            "--limit",
+            "1",
+        ])
+        .args(["history", origin, destination])
+        .env("STRATA_QUERY_TOKEN", token)
+        .output()
+        .unwrap();
+    let one: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(
+        one["value"].as_array().map(Vec::len),
+        Some(1),
+        "--limit 1: {}",
+        error_line(&o)
+    );
     let o = strata(&["state", "get", "--job", &a, "history", "LAS", "PHL"]);
     assert!(
         error_line(&o).contains("not an http:// address"),

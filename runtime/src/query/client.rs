@@ -34,12 +34,18 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr> {
         .ok_or_else(|| wrong("it names no address".into()))
 }
 
-/// `strata state get --job <url> <state> <key…>`: asks a running job and
-/// returns its answer's JSON.
+/// `strata state get --job <url> [--since T] [--limit N] [--entry K]
+/// <state> <key…>`: asks a running job (with the options that are set)
+/// and returns its answer's JSON.
 ///
 /// Errors: the job cannot be reached, or answers with an error (its
 /// status and reason).
-pub fn get(job: &str, state: &str, key: &[String]) -> Result<serde_json::Value> {
+pub fn get(
+    job: &str,
+    state: &str,
+    key: &[String],
+    options: &[(&str, Option<String>)],
+) -> Result<serde_json::Value> {
     let base = job.trim_end_matches('/');
     let wrong = |why: &str| {
         RuntimeError::Usage(format!(
@@ -57,6 +63,13 @@ pub fn get(job: &str, state: &str, key: &[String]) -> Result<serde_json::Value> 
     for field in key {
         url.push('/');
         url.push_str(&encode(field));
+    }
+    let mut sep = '?';
+    for (name, value) in options {
+        if let Some(value) = value {
+            url.push_str(&format!("{sep}{name}={}", encode(value)));
+            sep = '&';
+        }
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
