@@ -135,13 +135,14 @@ fn a_thousand_queries_during_the_3m_flight_run_equal_each_route_history_as_of_it
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let flights = parquet_flights(&flights_path());
-    // Paced to about 30 s, so that the 1,000 queries land during the run.
+    // Paced to about 60 s, so that the 1,000 queries land during the run
+    // even when other tests share the cores (queries then take tens of ms).
     let mut job = start(
         &flights_path(),
         &out,
         &[
             "checkpoint.interval=2s".into(),
-            "source.max-records-per-second=100000".into(),
+            "source.max-records-per-second=50000".into(),
         ],
         None,
     );
@@ -410,8 +411,16 @@ fn bad_requests_get_clear_errors_and_the_job_stays_exact() {
         fds < 2_000,
         "the job holds {fds} file descriptors with 10,000 connections open"
     );
+    // While refused connections linger (512 at most, 200 ms each), one
+    // more is reset: a client retries it, and gets an answer or a 503.
     let started = Instant::now();
-    let (status, body) = ask("/state/history/LAS/PHL");
+    let (status, body) = loop {
+        let (status, body) = ask("/state/history/LAS/PHL");
+        if status != 0 || started.elapsed() > Duration::from_secs(10) {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
         status == 200 || status == 503,
         "with 10,000 connections open: {status} {body}"

@@ -11,7 +11,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -44,6 +44,9 @@ pub(super) fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpL
 /// Serves `app` on `listener` until the runtime ends.
 pub(super) async fn serve(listener: TcpListener, app: Router) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // Refused connections read for a moment before closing, at most this
+    // many at once (more are closed at once).
+    let lingering = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -67,14 +70,26 @@ pub(super) async fn serve(listener: TcpListener, app: Router) {
                 });
             }
             Err(_) => {
-                tokio::spawn(refuse(stream));
+                tokio::spawn(refuse(stream, lingering.clone()));
             }
         }
     }
 }
 
-async fn refuse(mut stream: TcpStream) {
+/// Writes [`BUSY`], then reads what the client sent for a moment before
+/// closing: closing a socket with unread input would reset the
+/// connection, and the client would see an error instead of the 503.
+async fn refuse(mut stream: TcpStream, lingering: Arc<Semaphore>) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+    let Ok(_linger) = lingering.try_acquire_owned() else {
+        return;
+    };
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 #[cfg(test)]
