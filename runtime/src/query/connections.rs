@@ -69,27 +69,33 @@ pub(super) async fn serve(listener: TcpListener, app: Router) {
                     drop(permit);
                 });
             }
-            Err(_) => {
-                tokio::spawn(refuse(stream, lingering.clone()));
-            }
+            Err(_) => refuse(stream, &lingering),
         }
     }
 }
 
-/// Writes [`BUSY`], then reads what the client sent for a moment before
-/// closing: closing a socket with unread input would reset the
+/// Writes [`BUSY`] at once (a fresh socket's send buffer takes it whole;
+/// no task waits on it), then, while fewer than [`MAX_CONNECTIONS`]
+/// refused connections linger, reads what the client sent for a moment
+/// before closing: closing a socket with unread input resets the
 /// connection, and the client would see an error instead of the 503.
-async fn refuse(mut stream: TcpStream, lingering: Arc<Semaphore>) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
-    let Ok(_linger) = lingering.try_acquire_owned() else {
+/// Past that the connection is closed at once, so a flood never holds
+/// more descriptors than the two limits.
+fn refuse(stream: TcpStream, lingering: &Arc<Semaphore>) {
+    let _ = stream.try_write(BUSY);
+    let Ok(linger) = lingering.clone().try_acquire_owned() else {
         return;
     };
-    let _ = stream.shutdown().await;
-    let mut sink = [0u8; 4096];
-    let _ = tokio::time::timeout(Duration::from_millis(200), async {
-        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
-    })
-    .await;
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_millis(200), async {
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        })
+        .await;
+        drop(linger);
+    });
 }
 
 #[cfg(test)]

@@ -26,15 +26,11 @@ pub(crate) struct ShardQueries {
 }
 
 impl ShardQueries {
-    /// Hands `query` to the instance that owns `key` without waiting: a
+    /// Hands `query` to the instance that owns its key without waiting: a
     /// full queue or an instance that ended is a 503.
-    pub(crate) fn send(
-        &self,
-        key: &[u8],
-        query: StateQuery,
-    ) -> std::result::Result<(), QueryError> {
+    pub(crate) fn send(&self, query: StateQuery) -> std::result::Result<(), QueryError> {
         let n = self.instances.len() as u32;
-        let kg = key_group_of(key, self.max_parallelism);
+        let kg = key_group_of(&query.key, self.max_parallelism);
         let index = KeyGroupRange::operator_for(kg, self.max_parallelism, n) as usize;
         self.instances[index].try_send(query).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => QueryError::unavailable(format!(

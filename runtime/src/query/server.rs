@@ -320,11 +320,11 @@ async fn ask(
     let (reply, answered) = tokio::sync::oneshot::channel();
     let query = StateQuery {
         reader,
-        key: key.clone(),
+        key,
         params,
         reply,
     };
-    shard.send(&key, query)?;
+    shard.send(query)?;
     match tokio::time::timeout(ANSWER_TIMEOUT, answered).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(_)) => Err(QueryError::unavailable(
