@@ -18,6 +18,7 @@
 //! can check that a message's key is the key its fields give.
 
 mod group;
+mod publish;
 mod sink;
 mod source;
 mod topic;
@@ -27,7 +28,9 @@ pub use group::{
     MemberInfo, RebalanceListener,
 };
 pub use sink::{KafkaSink, KafkaSinkOptions, OutRecord};
-pub use source::{Fetched, KafkaSource, KafkaSourceOptions, PartitionOffset, Polled, SourceStats};
+pub use source::{
+    Fetched, KafkaSource, KafkaSourceOptions, PartitionOffset, Polled, RowDecoder, SourceStats,
+};
 pub use topic::{load_topic, read_topic, LoadReport, ReadOptions};
 
 use crate::error::{ConnectorError, Result};

@@ -25,24 +25,25 @@
 //! files are deleted. Consumers reading with `isolation.level=read_committed`
 //! see every record once.
 //!
+//! The transactions run on a publisher thread (`publish.rs`), so the sink
+//! task writes the next epoch while the last one is sent; at the end of a
+//! run [`KafkaSink::finish`] waits for them.
+//!
 //! ## At least once
 //! `exactly_once = false`: an idempotent producer (`enable.idempotence`,
 //! `acks=all`); a barrier waits until every record sent is acknowledged. A
 //! restore sends the records after the checkpoint again.
 
-use super::{client_config, hex, CALL_TIMEOUT};
+use super::client_config;
+use super::publish::{encode_wal_line, read_marker, Publisher, Publishing, TXN_TIMEOUT};
 use crate::error::{ConnectorError, Result};
-use crate::file_sink::{committed_parts, FileSink, SinkState};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use crate::file_sink::{FileSink, SinkState};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use rdkafka::ClientContext;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// How a [`KafkaSink`] writes (`--output kafka://…` and `sink.kafka.*`).
 #[derive(Debug, Clone)]
@@ -68,7 +69,7 @@ pub struct KafkaSinkOptions {
 
 /// Remembers the first failed delivery, which fails the next barrier.
 #[derive(Clone, Default)]
-struct Deliveries {
+pub(super) struct Deliveries {
     failed: Arc<Mutex<Option<String>>>,
 }
 
@@ -101,23 +102,28 @@ pub struct OutRecord<'a> {
 /// A Kafka sink instance; see the module docs.
 pub struct KafkaSink {
     options: KafkaSinkOptions,
-    producer: ThreadedProducer<Deliveries>,
-    deliveries: Deliveries,
-    /// Exactly once: the write-ahead files and the marker's reader.
-    wal: Option<(FileSink, BaseConsumer)>,
-    /// Exactly once: epoch files Kafka holds (the marker's value).
-    published: u64,
+    mode: Mode,
     line: Vec<u8>,
     records: u64,
 }
 
-/// Transaction calls wait this long (a broker down for a while is waited for).
-const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+enum Mode {
+    /// Epochs go to write-ahead files, which a publisher thread sends.
+    ExactlyOnce {
+        files: FileSink,
+        publishing: Publishing,
+    },
+    /// Records go straight to the producer.
+    AtLeastOnce {
+        producer: ThreadedProducer<Deliveries>,
+        deliveries: Deliveries,
+    },
+}
 
 impl KafkaSink {
     /// Opens the instance: the producer (fencing older ones of its
     /// `transactional.id`), then, restoring, commits what `restored`
-    /// pre-committed and Kafka does not hold yet.
+    /// pre-committed and Kafka does not hold yet (before it returns).
     ///
     /// Errors: the brokers cannot be reached; a fresh run (no `restored`)
     /// whose `transactional.id` already committed output to the topic
@@ -139,99 +145,36 @@ impl KafkaSink {
             client_config(&options.brokers, &defaults, &options.properties)
                 .create_with_context(deliveries.clone())
                 .map_err(ConnectorError::kafka("create the producer"))?;
-        let mut sink = Self {
-            wal: None,
-            published: 0,
-            producer,
-            deliveries,
+        let mode = if options.exactly_once {
+            open_transactional(&options, producer, restored)?
+        } else {
+            Mode::AtLeastOnce {
+                producer,
+                deliveries,
+            }
+        };
+        Ok(Self {
             options,
+            mode,
             line: Vec::new(),
             records: 0,
-        };
-        if sink.options.exactly_once {
-            sink.open_transactional(restored)?;
-        }
-        Ok(sink)
-    }
-
-    fn open_transactional(&mut self, restored: Option<SinkState>) -> Result<()> {
-        let o = &self.options;
-        self.producer
-            .init_transactions(TXN_TIMEOUT)
-            .map_err(ConnectorError::kafka(format!(
-                "init transactions of {}",
-                o.transactional_id
-            )))?;
-        let marker: BaseConsumer = client_config(
-            &o.brokers,
-            &[
-                ("group.id", o.transactional_id.as_str()),
-                ("enable.auto.commit", "false"),
-            ],
-            &[],
-        )
-        .create()
-        .map_err(ConnectorError::kafka("create the marker reader"))?;
-        let published = read_marker(&marker, &o.topic)?;
-        let next_seq = restored.as_ref().map(|s| s.next_seq);
-        match next_seq {
-            None if published > 0 => return Err(self.refusal(published, "a fresh run")),
-            Some(next) if published > next => {
-                return Err(self.refusal(published, "the restored checkpoint"))
-            }
-            _ => {}
-        }
-        std::fs::create_dir_all(&o.staging).map_err(ConnectorError::io(&o.staging))?;
-        // Staged epochs at or past the checkpoint's next file belong to a
-        // branch no checkpoint continues (the marker above did not reach
-        // them: they never went to Kafka).
-        if let Some(next) = next_seq {
-            for (_, path) in self.staged(next)? {
-                std::fs::remove_file(&path).map_err(ConnectorError::io(&path))?;
-            }
-        }
-        // Pre-committed epochs the marker covers are in Kafka already (and
-        // their files gone): only the others are committed again.
-        let restored = restored.map(|mut state| {
-            state.pending.retain(|p| p.seq >= published);
-            state
-        });
-        let files = FileSink::open(&o.staging, &o.prefix, o.subtask, restored)?;
-        self.wal = Some((files, marker));
-        self.publish_staged(published)
-    }
-
-    fn refusal(&self, published: u64, what: &str) -> ConnectorError {
-        ConnectorError::KafkaUsage(format!(
-            "topic {} already holds output of this sink (transactional.id {}, {} epoch(s) committed) that {what} does not know of: writing on would write records twice; continue the run that wrote it (--restore latest), write to a new topic, or set sink.kafka.transactional-id-prefix",
-            self.options.topic, self.options.transactional_id, published
-        ))
-    }
-
-    /// Staged (committed, not yet published) files numbered `from` or
-    /// above, by number.
-    fn staged(&self, from: u64) -> Result<Vec<(u64, PathBuf)>> {
-        let o = &self.options;
-        let names = committed_parts(&o.staging, &o.prefix, Some(o.subtask), from)?;
-        Ok(names
-            .into_iter()
-            .filter_map(|n| {
-                let seq = n.strip_suffix(".jsonl")?.rsplit('-').next()?.parse().ok()?;
-                Some((seq, o.staging.join(n)))
-            })
-            .collect())
+        })
     }
 
     /// Appends one record: to the epoch's write-ahead file (exactly once),
     /// or to the producer.
+    ///
+    /// Errors: the write failed, or (exactly once) the publisher stopped
+    /// on an error, which this returns.
     pub fn write(&mut self, r: &OutRecord<'_>) -> Result<()> {
         self.records += 1;
-        match &mut self.wal {
-            Some((files, _)) => {
+        match &mut self.mode {
+            Mode::ExactlyOnce { files, publishing } => {
+                publishing.check()?;
                 encode_wal_line(&mut self.line, r);
                 files.write_line(&self.line)
             }
-            None => send(&self.producer, &self.options.topic, r),
+            Mode::AtLeastOnce { producer, .. } => send(producer, &self.options.topic, r),
         }
     }
 
@@ -239,164 +182,49 @@ impl KafkaSink {
     /// (exactly once), or waits for every record's acknowledgement (at
     /// least once). Returns the state the checkpoint keeps.
     pub fn pre_commit(&mut self, checkpoint: u64) -> Result<SinkState> {
-        match &mut self.wal {
-            Some((files, _)) => files.pre_commit(checkpoint),
-            None => {
-                self.producer
+        match &mut self.mode {
+            Mode::ExactlyOnce { files, publishing } => {
+                publishing.check()?;
+                files.pre_commit(checkpoint)
+            }
+            Mode::AtLeastOnce {
+                producer,
+                deliveries,
+            } => {
+                producer
                     .flush(TXN_TIMEOUT)
                     .map_err(ConnectorError::kafka(format!(
                         "flush to {}",
                         self.options.topic
                     )))?;
-                self.check_deliveries()?;
+                deliveries.check(&self.options.topic)?;
                 Ok(SinkState::default())
             }
         }
     }
 
-    fn check_deliveries(&self) -> Result<()> {
-        let failed = self
-            .deliveries
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match failed.as_ref() {
-            None => Ok(()),
-            Some(reason) => Err(ConnectorError::Kafka {
-                what: format!("deliver to {}", self.options.topic),
-                reason: reason.clone(),
-            }),
-        }
-    }
-
-    /// On completion of `completed`: commits, in one transaction each, the
-    /// epochs pre-committed for it or earlier. Idempotent.
+    /// On completion of `completed`: marks the epochs pre-committed for it
+    /// or earlier committed, and has the publisher send each in one
+    /// transaction. Returns at once (see [`KafkaSink::finish`]).
+    /// Idempotent.
     pub fn commit(&mut self, completed: u64) -> Result<()> {
-        let Some((files, _)) = &mut self.wal else {
-            return Ok(());
-        };
-        files.commit(completed)?;
-        self.publish_staged(self.published)
-    }
-
-    /// Publishes the staged files from number `published` on, each in one
-    /// transaction with its marker, deleting each once committed (and
-    /// those below `published`, which Kafka holds already).
-    fn publish_staged(&mut self, published: u64) -> Result<()> {
-        self.published = published;
-        for (seq, path) in self.staged(0)? {
-            if seq >= published {
-                self.publish_file(seq, &path)?;
-                self.published = seq + 1;
+        match &mut self.mode {
+            Mode::ExactlyOnce { files, publishing } => {
+                files.commit(completed)?;
+                publishing.request()
             }
-            std::fs::remove_file(&path).map_err(ConnectorError::io(&path))?;
-        }
-        Ok(())
-    }
-
-    fn publish_file(&mut self, seq: u64, path: &Path) -> Result<()> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.try_publish(seq, path) {
-                Ok(()) => return Ok(()),
-                Err(Failure::Io(e)) => return Err(self.fenced(seq).unwrap_or(e)),
-                Err(Failure::Kafka(e)) => {
-                    // A fenced producer can come back "abortable" (e.g. on
-                    // the offsets commit): sending again cannot succeed.
-                    let fenced = matches!(&e, KafkaError::Transaction(t) if is_fencing(t.code()));
-                    let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort() || t.is_retriable());
-                    if fenced || !abortable || attempt >= 5 {
-                        return Err(self.txn_error(e, seq));
-                    }
-                    eprintln!(
-                        "strata: kafka sink {}: transaction of epoch file {seq} failed ({e}); sending it again",
-                        self.options.transactional_id
-                    );
-                    let _ = self.producer.abort_transaction(TXN_TIMEOUT);
-                    std::thread::sleep(Duration::from_secs(2));
-                }
-            }
+            Mode::AtLeastOnce { .. } => Ok(()),
         }
     }
 
-    /// The error of a producer a newer instance fenced, if this one was.
-    fn fenced(&self, seq: u64) -> Option<ConnectorError> {
-        let (code, reason) = self.producer.client().fatal_error()?;
-        let fenced = is_fencing(code);
-        fenced.then(|| ConnectorError::KafkaFenced {
-            what: format!(
-                "commit epoch file {seq} to {} (transactional.id {})",
-                self.options.topic, self.options.transactional_id
-            ),
-            reason: format!("{reason}: this instance was fenced by a newer one of the same job (a restore took over); it stops without committing"),
-        })
-    }
-
-    fn txn_error(&self, e: KafkaError, seq: u64) -> ConnectorError {
-        if let Some(fenced) = self.fenced(seq) {
-            return fenced;
+    /// [`KafkaSink::commit`], then waits until Kafka holds every committed
+    /// epoch (at the end of a run).
+    pub fn finish(&mut self, completed: u64) -> Result<()> {
+        self.commit(completed)?;
+        match &self.mode {
+            Mode::ExactlyOnce { publishing, .. } => publishing.finish(),
+            Mode::AtLeastOnce { .. } => Ok(()),
         }
-        let what = format!(
-            "commit epoch file {seq} to {} (transactional.id {})",
-            self.options.topic, self.options.transactional_id
-        );
-        match &e {
-            KafkaError::Transaction(t) if is_fencing(t.code()) => ConnectorError::KafkaFenced {
-                what,
-                reason: format!("{e}: this instance was fenced by a newer one of the same job (a restore took over); it stops without committing"),
-            },
-            _ => ConnectorError::Kafka {
-                what,
-                reason: e.to_string(),
-            },
-        }
-    }
-
-    fn try_publish(&mut self, seq: u64, path: &Path) -> std::result::Result<(), Failure> {
-        let kafka = Failure::Kafka;
-        self.producer.begin_transaction().map_err(kafka)?;
-        let file =
-            std::fs::File::open(path).map_err(|e| Failure::Io(ConnectorError::io(path)(e)))?;
-        for line in std::io::BufReader::with_capacity(1 << 16, file).split(b'\n') {
-            let line = line.map_err(|e| Failure::Io(ConnectorError::io(path)(e)))?;
-            let Some(parsed) = WalLine::parse(&line) else {
-                return Err(Failure::Io(ConnectorError::Corrupt {
-                    path: path.to_owned(),
-                    format: "write-ahead",
-                    reason: "a line is not a staged record".into(),
-                }));
-            };
-            let headers: Vec<(&str, &[u8])> = parsed
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_slice()))
-                .collect();
-            let record = OutRecord {
-                key: &parsed.key,
-                timestamp: parsed.timestamp,
-                value: &parsed.value,
-                headers: &headers,
-            };
-            send(&self.producer, &self.options.topic, &record).map_err(Failure::Io)?;
-        }
-        let mut offsets = TopicPartitionList::new();
-        offsets
-            .add_partition_offset(&self.options.topic, 0, Offset::Offset(seq as i64 + 1))
-            .map_err(kafka)?;
-        let Some((_, marker)) = &self.wal else {
-            unreachable!("publishing needs the write-ahead files")
-        };
-        let group = marker.group_metadata().ok_or_else(|| {
-            Failure::Io(ConnectorError::Kafka {
-                what: "marker group".into(),
-                reason: "no group metadata".into(),
-            })
-        })?;
-        self.producer
-            .send_offsets_to_transaction(&offsets, &group, TXN_TIMEOUT)
-            .map_err(kafka)?;
-        self.producer.commit_transaction(TXN_TIMEOUT).map_err(kafka)
     }
 
     /// Records written since the sink was opened.
@@ -405,174 +233,108 @@ impl KafkaSink {
     }
 }
 
-enum Failure {
-    Io(ConnectorError),
-    Kafka(KafkaError),
+impl Deliveries {
+    fn check(&self, topic: &str) -> Result<()> {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        match failed.as_ref() {
+            None => Ok(()),
+            Some(reason) => Err(ConnectorError::Kafka {
+                what: format!("deliver to {topic}"),
+                reason: reason.clone(),
+            }),
+        }
+    }
 }
 
-/// The marker: how many epoch files of this sink Kafka holds (0: none).
-fn read_marker(marker: &BaseConsumer, topic: &str) -> Result<u64> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(topic, 0);
-    let committed = marker
-        .committed_offsets(tpl, CALL_TIMEOUT)
+/// Exactly once: fences older producers of the id, checks the marker
+/// against `restored`, publishes what `restored` pre-committed and Kafka
+/// lacks, then starts the publisher.
+fn open_transactional(
+    o: &KafkaSinkOptions,
+    producer: ThreadedProducer<Deliveries>,
+    restored: Option<SinkState>,
+) -> Result<Mode> {
+    producer
+        .init_transactions(TXN_TIMEOUT)
         .map_err(ConnectorError::kafka(format!(
-            "the commit marker on {topic}"
+            "init transactions of {}",
+            o.transactional_id
         )))?;
-    Ok(committed
-        .find_partition(topic, 0)
-        .and_then(|e| e.offset().to_raw())
-        .filter(|o| *o > 0)
-        .map_or(0, |o| o as u64))
+    let marker: BaseConsumer = client_config(
+        &o.brokers,
+        &[
+            ("group.id", o.transactional_id.as_str()),
+            ("enable.auto.commit", "false"),
+        ],
+        &[],
+    )
+    .create()
+    .map_err(ConnectorError::kafka("create the marker reader"))?;
+    let published = read_marker(&marker, &o.topic)?;
+    let refusal = |what: &str| {
+        ConnectorError::KafkaUsage(format!(
+            "topic {} already holds output of this sink (transactional.id {}, {published} epoch(s) committed) that {what} does not know of: writing on would write records twice; continue the run that wrote it (--restore latest), write to a new topic, or set sink.kafka.transactional-id-prefix",
+            o.topic, o.transactional_id
+        ))
+    };
+    let next_seq = restored.as_ref().map(|s| s.next_seq);
+    match next_seq {
+        None if published > 0 => return Err(refusal("a fresh run")),
+        Some(next) if published > next => return Err(refusal("the restored checkpoint")),
+        _ => {}
+    }
+    std::fs::create_dir_all(&o.staging).map_err(ConnectorError::io(&o.staging))?;
+    let mut publisher = Publisher {
+        producer,
+        marker,
+        topic: o.topic.clone(),
+        transactional_id: o.transactional_id.clone(),
+        staging: o.staging.clone(),
+        prefix: o.prefix.clone(),
+        subtask: o.subtask,
+        published,
+    };
+    // Staged epochs at or past the checkpoint's next file belong to a
+    // branch no checkpoint continues (the marker above did not reach
+    // them: they never went to Kafka).
+    if let Some(next) = next_seq {
+        for (_, path) in publisher.staged(next)? {
+            std::fs::remove_file(&path).map_err(ConnectorError::io(&path))?;
+        }
+    }
+    // Pre-committed epochs the marker covers are in Kafka already (and
+    // their files gone): only the others are committed again.
+    let restored = restored.map(|mut state| {
+        state.pending.retain(|p| p.seq >= published);
+        state
+    });
+    let files = FileSink::open(&o.staging, &o.prefix, o.subtask, restored)?;
+    publisher.publish_staged()?;
+    Ok(Mode::ExactlyOnce {
+        files,
+        publishing: Publishing::start(publisher)?,
+    })
 }
 
 /// Sends one record, waiting while the producer's queue is full.
-fn send(producer: &ThreadedProducer<Deliveries>, topic: &str, r: &OutRecord<'_>) -> Result<()> {
-    let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
-    for (k, v) in r.headers {
-        headers = headers.insert(Header {
-            key: k,
-            value: Some(*v),
-        });
+pub(super) fn send(
+    producer: &ThreadedProducer<Deliveries>,
+    topic: &str,
+    r: &OutRecord<'_>,
+) -> Result<()> {
+    let mut record = BaseRecord::to(topic).key(r.key).payload(r.value);
+    if !r.headers.is_empty() {
+        let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+        for (k, v) in r.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(*v),
+            });
+        }
+        record = record.headers(headers);
     }
-    let mut record = BaseRecord::to(topic)
-        .key(r.key)
-        .payload(r.value)
-        .headers(headers);
     if let Some(ts) = r.timestamp {
         record = record.timestamp(ts);
     }
     super::send_waiting(producer, topic, record)
-}
-
-/// A staged record: `timestamp (or -) \t hex(key) \t headers \t value`, headers
-/// as `name=hex(value)` joined by `,`, the value as `r<bytes>` when it has
-/// no line break, else `x<hex>`.
-fn encode_wal_line(out: &mut Vec<u8>, r: &OutRecord<'_>) {
-    use std::io::Write;
-    out.clear();
-    match r.timestamp {
-        Some(ts) => {
-            let _ = write!(out, "{ts}");
-        }
-        None => out.push(b'-'),
-    }
-    let _ = write!(out, "\t{}\t", hex(r.key));
-    for (i, (k, v)) in r.headers.iter().enumerate() {
-        let _ = write!(out, "{}{k}={}", if i > 0 { "," } else { "" }, hex(v));
-    }
-    out.push(b'\t');
-    if r.value.contains(&b'\n') {
-        out.push(b'x');
-        out.extend_from_slice(hex(r.value).as_bytes());
-    } else {
-        out.push(b'r');
-        out.extend_from_slice(r.value);
-    }
-}
-
-struct WalLine {
-    timestamp: Option<i64>,
-    key: Vec<u8>,
-    headers: Vec<(String, Vec<u8>)>,
-    value: Vec<u8>,
-}
-
-impl WalLine {
-    fn parse(line: &[u8]) -> Option<Self> {
-        let mut parts = line.splitn(4, |b| *b == b'\t');
-        let timestamp = match std::str::from_utf8(parts.next()?).ok()? {
-            "-" => None,
-            ts => Some(ts.parse().ok()?),
-        };
-        let key = unhex(parts.next()?)?;
-        let mut headers = Vec::new();
-        for h in parts
-            .next()?
-            .split(|b| *b == b',')
-            .filter(|h| !h.is_empty())
-        {
-            let text = std::str::from_utf8(h).ok()?;
-            let (k, v) = text.split_once('=')?;
-            headers.push((k.to_owned(), unhex(v.as_bytes())?));
-        }
-        let value = parts.next()?;
-        let value = match value.split_first()? {
-            (b'r', rest) => rest.to_vec(),
-            (b'x', rest) => unhex(rest)?,
-            _ => return None,
-        };
-        Some(Self {
-            timestamp,
-            key,
-            headers,
-            value,
-        })
-    }
-}
-
-fn unhex(text: &[u8]) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    text.chunks(2)
-        .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
-        .collect()
-}
-
-/// Whether `code` says a newer producer with the same `transactional.id`
-/// fenced this one. librdkafka normalises the brokers' `PRODUCER_FENCED`
-/// and `INVALID_PRODUCER_EPOCH` to its local `__FENCED` (-144); the
-/// brokers' codes are kept too, should one reach us unnormalised.
-fn is_fencing(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::Fenced
-            | RDKafkaErrorCode::ProducerFenced
-            | RDKafkaErrorCode::InvalidProducerEpoch
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_code_a_fenced_producer_gets_counts_as_fencing() {
-        // The CI once saw a fenced commit reported as __FENCED (-144) with
-        // "old epoch" in its text, which an earlier check missed.
-        for code in [
-            RDKafkaErrorCode::Fenced,
-            RDKafkaErrorCode::ProducerFenced,
-            RDKafkaErrorCode::InvalidProducerEpoch,
-        ] {
-            assert!(is_fencing(code), "{code:?}");
-        }
-        assert!(!is_fencing(RDKafkaErrorCode::InvalidTransactionalState));
-    }
-
-    #[test]
-    fn staged_records_read_back_byte_for_byte() {
-        let mut line = Vec::new();
-        for value in [&b"{\"a\":1}"[..], b"two\nlines\t\xff"] {
-            let headers: [(&str, &[u8]); 2] = [("strata.reason", b"bad, very"), ("n", b"")];
-            let r = OutRecord {
-                key: b"\x03LAS\x03PHL",
-                timestamp: Some(-5),
-                value,
-                headers: &headers,
-            };
-            encode_wal_line(&mut line, &r);
-            assert!(!line.contains(&b'\n'));
-            let back = WalLine::parse(&line).unwrap();
-            assert_eq!(back.key, r.key);
-            assert_eq!(back.timestamp, Some(-5));
-            assert_eq!(back.value, value);
-            assert_eq!(
-                back.headers[0],
-                ("strata.reason".to_owned(), b"bad, very".to_vec())
-            );
-            assert_eq!(back.headers[1], ("n".to_owned(), Vec::new()));
-        }
-    }
 }

@@ -822,12 +822,13 @@ fn open_kafka<I>(
             })
             .collect()
     });
-    let source = KafkaSource::open(&options, offsets.as_deref())?;
     let decoding = KafkaDecoding {
         require_key: config.kafka.require_key,
         record_time: config.kafka.record_time,
         max_bytes: config.kafka.max_message_bytes as usize,
     };
+    options.decode = Some(decoding.decoder(schema));
+    let source = KafkaSource::open(&options, offsets.as_deref())?;
     if let (Some(shard), Some(&[end])) = (shard, source.end_offsets()) {
         shard.control.set_end(end);
     }

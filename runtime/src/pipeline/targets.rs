@@ -214,5 +214,6 @@ pub(crate) fn source_options(
         bounded: config.kafka.bounded,
         batch_size: config.batch_size,
         properties: config.kafka.source_properties.clone(),
+        decode: None,
     })
 }

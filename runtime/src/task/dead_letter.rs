@@ -65,4 +65,13 @@ impl DeadLetter {
         }
         Ok(())
     }
+
+    /// Commits `id` and waits until the topic holds it (the end of a run).
+    pub(crate) fn finish(&mut self, id: u64) -> Result<()> {
+        match self {
+            DeadLetter::File(sink) => sink.commit(id)?,
+            DeadLetter::Kafka(sink) => sink.finish(id)?,
+        }
+        Ok(())
+    }
 }

@@ -12,7 +12,7 @@ use crate::pipeline::{GenerateFn, ParseFn};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
-use strata_connectors::kafka::{Fetched, KafkaSource, PartitionOffset, Polled};
+use strata_connectors::kafka::{Fetched, KafkaSource, PartitionOffset, Polled, RowDecoder};
 use strata_connectors::{json_row, FileSource, Position, RecordError, RowResult, Schema};
 
 /// One record read ahead (or what is wrong with it), with where it came from.
@@ -148,20 +148,11 @@ impl KafkaInput {
         }
     }
 
+    /// The message's row: decoded on the reader thread, or here.
     fn decode(&self, mut f: Fetched) -> ReadRow {
-        let bad = |reason: String| RecordError {
-            record: f.offset as u64,
-            field: None,
-            reason,
-        };
-        let row = match f.payload.as_deref() {
-            None => Err(bad("the message has no value (a tombstone)".into())),
-            Some(v) if v.len() > self.decoding.max_bytes => Err(bad(format!(
-                "the message value is {} bytes, more than source.kafka.max-message-bytes ({})",
-                v.len(),
-                self.decoding.max_bytes
-            ))),
-            Some(v) => json_row(f.offset as u64, v, &self.schema),
+        let row = match f.row.take() {
+            Some(row) => row,
+            None => self.decoding.decode(&f, &self.schema),
         };
         if row.is_ok() {
             f.payload = None;
@@ -169,6 +160,33 @@ impl KafkaInput {
         ReadRow {
             row,
             cursor: Cursor::Kafka(f),
+        }
+    }
+}
+
+impl KafkaDecoding {
+    /// What the source's reader thread runs on each message.
+    pub(crate) fn decoder(&self, schema: &Schema) -> RowDecoder {
+        let (decoding, schema) = (self.clone(), schema.clone());
+        RowDecoder(Arc::new(move |f: &Fetched| decoding.decode(f, &schema)))
+    }
+
+    /// A message's value as a row of `schema`; a tombstone or a value
+    /// over `max_bytes` is a bad record.
+    fn decode(&self, f: &Fetched, schema: &Schema) -> RowResult {
+        let bad = |reason: String| RecordError {
+            record: f.offset as u64,
+            field: None,
+            reason,
+        };
+        match f.payload.as_deref() {
+            None => Err(bad("the message has no value (a tombstone)".into())),
+            Some(v) if v.len() > self.max_bytes => Err(bad(format!(
+                "the message value is {} bytes, more than source.kafka.max-message-bytes ({})",
+                v.len(),
+                self.max_bytes
+            ))),
+            Some(v) => json_row(f.offset as u64, v, schema),
         }
     }
 }

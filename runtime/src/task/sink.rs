@@ -69,7 +69,7 @@ impl<O: Serialize + Send + 'static> SinkTask<O> {
                 .map_err(|_| RuntimeError::Disconnected)?;
         }
         Ok(tokio::task::block_in_place(|| {
-            self.sink.commit(last_barrier)
+            self.sink.finish(last_barrier)
         })?)
     }
 
@@ -123,11 +123,20 @@ impl OutputSink {
         }
     }
 
+    /// Commits `id` (a Kafka sink's transactions follow on its publisher).
     fn commit(&mut self, id: u64) -> strata_connectors::Result<()> {
         match self {
             OutputSink::File(s) => s.commit(id),
             OutputSink::Kafka(s) => s.commit(id),
             OutputSink::Discard => Ok(()),
+        }
+    }
+
+    /// Commits `id` and waits until the output holds it (the end of a run).
+    fn finish(&mut self, id: u64) -> strata_connectors::Result<()> {
+        match self {
+            OutputSink::Kafka(s) => s.finish(id),
+            _ => self.commit(id),
         }
     }
 }

@@ -145,7 +145,7 @@ impl<I: Send + 'static> SourceTask<I> {
         let id = self.until_final_completes(&mut routing).await?;
         self.out.broadcast(|| Message::End).await?;
         self.source.completed(id);
-        tokio::task::block_in_place(|| self.dead_letter.commit(id))
+        tokio::task::block_in_place(|| self.dead_letter.finish(id))
     }
 
     /// Reads up to a batch of records ahead (blocking, off the async workers).
