@@ -218,3 +218,72 @@ impl RowReader for CsvRows {
         self.line
     }
 }
+
+/// Decodes one CSV record without a header (a Kafka message's value) into
+/// a row of `schema`: field `i` of the schema is cell `columns[i]`.
+/// `number` names the record in errors. A value that is not one CSV
+/// record (a line break outside quotes, a quote never closed) or lacks a
+/// cell is a bad record.
+pub fn csv_value_row(number: u64, bytes: &[u8], schema: &Schema, columns: &[usize]) -> RowResult {
+    let bad = |reason: String| RecordError {
+        record: number,
+        field: None,
+        reason,
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(bytes);
+    let mut record = csv::StringRecord::new();
+    match reader.read_record(&mut record) {
+        Ok(true) => {}
+        Ok(false) => return Err(bad("the value is empty, not a CSV record".into())),
+        Err(e) => return Err(bad(format!("not a CSV record: {e}"))),
+    }
+    let mut rest = csv::StringRecord::new();
+    if !matches!(reader.read_record(&mut rest), Ok(false)) || odd_quotes(bytes) {
+        return Err(bad(
+            "the value is not one CSV record (a line break outside quotes, or a quote never closed)"
+                .into(),
+        ));
+    }
+    typed_row(number, schema, |i| {
+        let cell = record.get(columns[i]).ok_or_else(|| {
+            format!(
+                "the record has {} cells, but this column is cell {}",
+                record.len(),
+                columns[i] + 1
+            )
+        })?;
+        parse_text(cell, schema.fields[i].1)
+    })
+}
+
+#[cfg(test)]
+mod value_tests {
+    use super::*;
+    use crate::row::Value;
+    use crate::FieldType;
+
+    #[test]
+    fn a_csv_value_decodes_by_the_given_cell_order() {
+        let schema = Schema::new(&[("n", FieldType::Int64), ("s", FieldType::String)]);
+        let row = csv_value_row(7, b"\"a,b\",42", &schema, &[1, 0]).unwrap();
+        assert_eq!(
+            row.values,
+            vec![Value::Int64(42), Value::String("a,b".into())]
+        );
+        for (value, says) in [
+            (&b"x"[..], "cell 2"),
+            (b"1,a\n2,b", "not one CSV record"),
+            (b"\"1,a", "not one CSV record"),
+            (b"", "empty"),
+        ] {
+            let e = csv_value_row(7, value, &schema, &[1, 0]).unwrap_err();
+            assert!(e.reason.contains(says), "{value:?}: {}", e.reason);
+            assert_eq!(e.record, 7);
+        }
+        let e = csv_value_row(7, b"a,b", &schema, &[1, 0]).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("n"), "{}", e.reason);
+    }
+}

@@ -31,6 +31,7 @@ pub mod kafka;
 mod row;
 mod throttle;
 
+pub use csv_rows::csv_value_row;
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{already_holds, committed_parts, FileSink, PendingFile, SinkState};
 pub use file_source::{json_row, FileSource, Format, Position, RowResult, SourceOptions};

@@ -124,9 +124,12 @@ pub(crate) async fn report(
                     "{records} records read in this run, {per_second}/s, {written} written, L1 hit {hit:.1}%"
                 ));
             }
-            (Some(_), _) => {}
+            (Some(bar), _) => bar.set_message(format!(
+                "{records} records read in this run, {per_second}/s, {}, {written} written, L1 hit {hit:.1}%",
+                where_unbounded(&progress)
+            )),
             // From the first routed record on (a restored run starts part-way).
-            (None, None) if done > 0 => last_log = Some((Instant::now(), records, done)),
+            (None, None) if records > 0 => last_log = Some((Instant::now(), records, done)),
             (None, None) => {}
             (None, Some((at, read_then, done_then))) if at.elapsed() >= Duration::from_secs(10) => {
                 let secs = at.elapsed().as_secs_f64();
@@ -134,14 +137,19 @@ pub(crate) async fn report(
                 // The ETA extrapolates the input's progress over the last
                 // interval: right after a restore, and when the rate changes.
                 let pace = (done.saturating_sub(done_then)) as f64 / secs;
-                let eta = if pace > 0.0 && total > done {
-                    format!("{:.0}s", (total - done) as f64 / pace)
+                let (position, eta) = if total == 0 {
+                    (where_unbounded(&progress), String::new())
                 } else {
-                    "-".into()
+                    let pct = 100.0 * done as f64 / total as f64;
+                    let eta = if pace > 0.0 && total > done {
+                        format!("{:.0}s", (total - done) as f64 / pace)
+                    } else {
+                        "-".into()
+                    };
+                    (format!("{pct:.1}% of the input done"), format!(", ETA {eta}"))
                 };
-                let pct = 100.0 * done as f64 / total.max(1) as f64;
                 eprintln!(
-                    "[{:>5}s] {records} records read in this run ({pct:.1}% of the input done), {rate:.0} records/s, ETA {eta}, {written} written, L1 hit {hit:.1}%",
+                    "[{:>5}s] {records} records read in this run ({position}), {rate:.0} records/s{eta}, {written} written, L1 hit {hit:.1}%",
                     started.elapsed().as_secs()
                 );
                 last_log = Some((Instant::now(), records, done));
@@ -149,6 +157,23 @@ pub(crate) async fn report(
             (None, Some(_)) => {}
         }
     }
+}
+
+/// Where an input of no known end stands: a Kafka source's lag per
+/// partition (records between its position and the end of the
+/// partition, refreshed every 2 s).
+fn where_unbounded(progress: &Progress) -> String {
+    let Some(stats) = progress.kafka.get() else {
+        return "an input of unknown size".into();
+    };
+    let lag = stats.lag.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let shown: Vec<String> = lag.iter().take(8).map(i64::to_string).collect();
+    let more = if lag.len() > 8 { ", …" } else { "" };
+    format!(
+        "lag {} records, per partition {}{more}",
+        lag.iter().sum::<i64>(),
+        shown.join(" ")
+    )
 }
 
 /// Publishes one second's metrics: progress, tiers, and per-task times.

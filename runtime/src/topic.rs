@@ -26,6 +26,10 @@ pub(crate) enum TopicCommand {
         /// Partitions of a topic created here [default: 1].
         #[arg(long)]
         partitions: Option<i32>,
+        /// Send at most this many records per second (a load test's steady
+        /// input; each message's timestamp is when it was sent).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        rate: Option<u64>,
     },
     /// Write every record of a topic, to the end of each partition, as JSON
     /// lines {partition, offset, timestamp, key, value, headers}.
@@ -53,6 +57,7 @@ pub(crate) fn main(command: TopicCommand) -> Result<()> {
             topic,
             key,
             partitions,
+            rate,
         } => {
             let bar = crate::progress::terminal_bar();
             let mut progress = |done: u64, total: u64| {
@@ -62,7 +67,15 @@ pub(crate) fn main(command: TopicCommand) -> Result<()> {
                 }
             };
             let started = std::time::Instant::now();
-            let report = load_topic(&file, &brokers, &topic, &key, partitions, &mut progress)?;
+            let report = load_topic(
+                &file,
+                &brokers,
+                &topic,
+                &key,
+                partitions,
+                rate,
+                &mut progress,
+            )?;
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }

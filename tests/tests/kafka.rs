@@ -415,3 +415,51 @@ fn bad_messages_are_dead_lettered_with_a_reason_or_fail_the_job() {
     );
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
 }
+
+#[test]
+fn csv_values_in_any_cell_order_give_the_exact_output() {
+    require_kafka();
+    let (input, output) = (unique_topic("flights-csv"), unique_topic("rh-csv"));
+    // A slice proves the decoding; the whole file's run is the JSON test's.
+    let flights = parquet_flights(&flights_head(20_000));
+    let p = RawProducer::new();
+    for (date, delay, origin, destination) in &flights {
+        let date = chrono::DateTime::from_timestamp_millis(*date)
+            .unwrap()
+            .naive_utc()
+            .format("%Y-%m-%dT%H:%M:%S");
+        // Cells in another order than the job's columns, one of them quoted.
+        let value = format!("{destination},\"{origin}\",{delay},{date},0");
+        let key =
+            strata_connectors::kafka::encode_key(&[origin.as_bytes(), destination.as_bytes()]);
+        p.send_keyed(&input, &key, value.as_bytes());
+    }
+    p.flush();
+    let dir = tempfile::tempdir().unwrap();
+    let columns = "source.kafka.csv-columns=destination,origin,delay,date,distance";
+    let csv = ["-D", "source.kafka.format=csv", "-D", columns];
+    let o = run_command(&input, &output, &dir.path().join("chk"), &csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(summary(&o.stderr)["records_in"], "20000");
+    check_exact(&output, &reference_from_flights(&flights), "CSV values");
+    // A column list that misses one of the job's columns is a usage error.
+    let partial = [
+        "-D",
+        "source.kafka.format=csv",
+        "-D",
+        "source.kafka.csv-columns=origin",
+    ];
+    let o = run_command(
+        &input,
+        &unique_topic("rh-csv-bad"),
+        &dir.path().join("chk2"),
+        &partial,
+    )
+    .output()
+    .unwrap();
+    let e = error_line(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("does not name the job's column 'date'"), "{e}");
+}

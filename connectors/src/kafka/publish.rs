@@ -179,7 +179,8 @@ impl Publisher {
                     // A fenced producer can come back "abortable" (e.g. on
                     // the offsets commit): sending again cannot succeed.
                     let fenced = matches!(&e, KafkaError::Transaction(t) if is_fencing(t.code()));
-                    let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort() || t.is_retriable());
+                    let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort() || t.is_retriable())
+                        || matches!(&e, KafkaError::Flush(_));
                     if fenced || !abortable || attempt >= 5 {
                         return Err(self.txn_error(e, seq));
                     }
@@ -230,6 +231,12 @@ impl Publisher {
         let kafka = Failure::Kafka;
         self.producer.begin_transaction().map_err(kafka)?;
         self.send_file(path).map_err(Failure::Io)?;
+        // The records first: the marker's offsets go only to brokers that
+        // are up again. librdkafka's send_offsets_to_transaction can wait
+        // past its timeout on a coordinator that went away and came back
+        // (confluentinc/librdkafka#5456, #5511): a broker stopped for 20 s
+        // held a commit for the 300 s of the transaction timeout once.
+        self.producer.flush(TXN_TIMEOUT).map_err(kafka)?;
         let mut offsets = TopicPartitionList::new();
         offsets
             .add_partition_offset(&self.topic, 0, Offset::Offset(seq as i64 + 1))

@@ -34,6 +34,8 @@ pub struct LoadReport {
 /// (default 1) if it is absent. Parquet columns keep their types
 /// (timestamps as `YYYY-MM-DDTHH:MM:SS`); CSV values are text; JSON lines
 /// are sent as they are. `progress(done, total)` is called as it goes.
+/// With `rate`, at most that many records per second are sent (a load
+/// test's steady input; each message's timestamp is when it was sent).
 ///
 /// Errors: the file cannot be read, a record lacks a key column or is not
 /// a JSON object (naming the record), the topic exists with another
@@ -44,6 +46,7 @@ pub fn load_topic(
     topic: &str,
     key: &[String],
     partitions: Option<i32>,
+    rate: Option<u64>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<LoadReport> {
     let format = Format::from_path(file)?;
@@ -66,7 +69,14 @@ pub fn load_topic(
     )
     .create()
     .map_err(ConnectorError::kafka("create the producer"))?;
-    let mut send = |k: Vec<u8>, v: Vec<u8>| send_record(&producer, topic, &k, &v);
+    let (started, mut sent) = (std::time::Instant::now(), 0u64);
+    let mut send = |k: Vec<u8>, v: Vec<u8>| {
+        if let Some(rate) = rate {
+            pace(started, sent, rate);
+        }
+        sent += 1;
+        send_record(&producer, topic, &k, &v)
+    };
     let records = match format {
         Format::JsonLines => load_json_lines(file, key, &mut send, progress)?,
         _ => load_rows(file, format, key, &mut send, progress)?,
@@ -79,6 +89,17 @@ pub fn load_topic(
         partitions: count,
         created,
     })
+}
+
+/// Sleeps until record `sent` is due at `rate` per second from `started`
+/// (only when a millisecond or more ahead).
+fn pace(started: std::time::Instant, sent: u64, rate: u64) {
+    let due = Duration::from_secs_f64(sent as f64 / rate.max(1) as f64);
+    if let Some(ahead) = due.checked_sub(started.elapsed()) {
+        if ahead >= Duration::from_millis(1) {
+            std::thread::sleep(ahead);
+        }
+    }
 }
 
 fn send_record(

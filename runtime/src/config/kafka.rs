@@ -11,6 +11,8 @@
 //! | `source.kafka.timestamp` | `column` | `column`, `record` | event time from the job's time column, or the message timestamp |
 //! | `source.kafka.require-key` | `true` | `true`, `false` | a message must be keyed by the job's key (else it is a bad record) |
 //! | `source.kafka.max-message-bytes` | `1MiB` | 1KB–1GB | a larger value is a bad record |
+//! | `source.kafka.format` | `json` | `json`, `csv` | a message value is a JSON object (fields by name), or one CSV record without a header |
+//! | `source.kafka.csv-columns` | the job's columns, in order | column names, comma-separated | `csv`: the names of the record's cells, in order (cells of other names are ignored) |
 //! | `sink.kafka.delivery` | `exactly-once` | `exactly-once`, `at-least-once` | transactions, or an idempotent producer |
 //! | `sink.kafka.transactional-id-prefix` | `strata-<job>-<topic>` | text | the sink's `transactional.id` is `<prefix>-<instance>` |
 //! | `bad-input.dead-letter-topic` | absent | topic name | dead letters go to this topic (on the input's brokers, or the output's) |
@@ -32,6 +34,10 @@ pub struct KafkaSettings {
     pub require_key: bool,
     /// `source.kafka.max-message-bytes`.
     pub max_message_bytes: u64,
+    /// `source.kafka.format=csv`.
+    pub csv: bool,
+    /// `source.kafka.csv-columns`.
+    pub csv_columns: Option<Vec<String>>,
     /// Other `source.kafka.*` keys, for librdkafka.
     pub source_properties: Vec<(String, String)>,
     /// `sink.kafka.delivery=exactly-once`.
@@ -52,6 +58,8 @@ impl Default for KafkaSettings {
             record_time: false,
             require_key: true,
             max_message_bytes: 1 << 20,
+            csv: false,
+            csv_columns: None,
             source_properties: Vec::new(),
             exactly_once: true,
             transactional_id_prefix: None,
@@ -92,6 +100,17 @@ impl KafkaSettings {
             "source.kafka.require-key" => self.require_key = flag(key, v)?,
             "source.kafka.max-message-bytes" => {
                 self.max_message_bytes = size(key, v, 1_000..=1_000_000_000)?
+            }
+            "source.kafka.format" => self.csv = one_of(key, v, &["json", "csv"])? == "csv",
+            "source.kafka.csv-columns" => {
+                let names: Vec<String> = text(key, v)?
+                    .split(',')
+                    .map(|n| n.trim().to_owned())
+                    .collect();
+                if names.iter().any(String::is_empty) {
+                    return Err(bad(key, "an empty column name"));
+                }
+                self.csv_columns = Some(names)
             }
             "sink.kafka.delivery" => {
                 self.exactly_once =

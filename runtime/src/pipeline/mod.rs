@@ -800,6 +800,29 @@ fn what_is_read<I>(parts: &Parts<I>) -> String {
     }
 }
 
+/// `source.kafka.format=csv`: per field of `schema`, its cell in a record
+/// (`source.kafka.csv-columns`, else the schema's order).
+///
+/// Errors: a field of the schema that the columns do not name.
+fn csv_cells(config: &JobConfig, schema: &Schema) -> Result<Option<Vec<usize>>> {
+    if !config.kafka.csv {
+        return Ok(None);
+    }
+    let Some(columns) = &config.kafka.csv_columns else {
+        return Ok(Some((0..schema.fields.len()).collect()));
+    };
+    let cells = schema.fields.iter().map(|(name, _)| {
+        columns.iter().position(|c| c == name).ok_or_else(|| {
+            RuntimeError::Usage(format!(
+                "source.kafka.csv-columns ({}) does not name the job's column '{name}' (the job reads {})",
+                columns.join(","),
+                schema.fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(",")
+            ))
+        })
+    });
+    Ok(Some(cells.collect::<Result<_>>()?))
+}
+
 /// Opens the Kafka source at the restored offsets (or the group's start).
 fn open_kafka<I>(
     e: &KafkaEndpoint,
@@ -826,6 +849,7 @@ fn open_kafka<I>(
         require_key: config.kafka.require_key,
         record_time: config.kafka.record_time,
         max_bytes: config.kafka.max_message_bytes as usize,
+        csv_cells: csv_cells(config, schema)?,
     };
     options.decode = Some(decoding.decoder(schema));
     let source = KafkaSource::open(&options, offsets.as_deref())?;

@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use strata_connectors::kafka::{Fetched, KafkaSource, PartitionOffset, Polled, RowDecoder};
-use strata_connectors::{json_row, FileSource, Position, RecordError, RowResult, Schema};
+use strata_connectors::{
+    csv_value_row, json_row, FileSource, Position, RecordError, RowResult, Schema,
+};
 
 /// One record read ahead (or what is wrong with it), with where it came from.
 pub(crate) struct ReadRecord<I> {
@@ -79,6 +81,9 @@ pub(crate) struct KafkaDecoding {
     pub(crate) record_time: bool,
     /// Larger values are bad records.
     pub(crate) max_bytes: usize,
+    /// Values are CSV records: field `i` of the schema is cell
+    /// `csv_cells[i]`; `None`: JSON objects.
+    pub(crate) csv_cells: Option<Vec<usize>>,
 }
 
 /// A source task's input: rows of `schema` turned into records `I` by
@@ -186,7 +191,10 @@ impl KafkaDecoding {
                 v.len(),
                 self.max_bytes
             ))),
-            Some(v) => json_row(f.offset as u64, v, schema),
+            Some(v) => match &self.csv_cells {
+                Some(cells) => csv_value_row(f.offset as u64, v, schema, cells),
+                None => json_row(f.offset as u64, v, schema),
+            },
         }
     }
 }
