@@ -13,6 +13,7 @@
 use crate::csv_rows::CsvRows;
 use crate::error::{ConnectorError, RecordError, Result};
 use crate::identity::{parquet_identity, InputIdentity, PrefixDigest};
+use crate::json_object::json_fields;
 use crate::row::{parse_text, FieldType, Row, Schema, Value};
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit, TimestampMillisecondType};
@@ -477,15 +478,15 @@ impl JsonRows {
     }
 
     fn json_value(
-        v: Option<&serde_json::Value>,
+        v: Option<serde_json::Value>,
         ty: FieldType,
     ) -> std::result::Result<Value, String> {
         use serde_json::Value as J;
         match (v, ty) {
             (None, _) => Err("missing".to_owned()),
             (Some(J::Null), _) => Ok(Value::Null),
-            (Some(J::String(s)), FieldType::String) => Ok(Value::String(s.clone())),
-            (Some(J::String(s)), _) => parse_text(s, ty),
+            (Some(J::String(s)), FieldType::String) => Ok(Value::String(s)),
+            (Some(J::String(s)), _) => parse_text(&s, ty),
             (Some(J::Number(n)), FieldType::Int64 | FieldType::Timestamp) => n
                 .as_i64()
                 .or_else(|| n.as_f64().filter(|f| *f == 0.0).map(|_| 0))
@@ -515,11 +516,10 @@ pub fn json_row(number: u64, bytes: &[u8], schema: &Schema) -> RowResult {
     };
     let text =
         std::str::from_utf8(bytes).map_err(|_| bad("the value is not valid UTF-8".into()))?;
-    let object: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
+    let mut fields =
+        json_fields(text, schema).map_err(|e| bad(format!("not a JSON object: {e}")))?;
     typed_row(number, schema, |i| {
-        let (name, ty) = &schema.fields[i];
-        JsonRows::json_value(object.get(name), *ty)
+        JsonRows::json_value(fields[i].take(), schema.fields[i].1)
     })
 }
 
@@ -560,15 +560,13 @@ impl RowReader for JsonRows {
                 continue;
             }
             self.number += 1;
-            let object: serde_json::Map<String, serde_json::Value> =
-                match serde_json::from_str(text) {
-                    Ok(o) => o,
-                    Err(e) => return self.bad(format!("not a JSON object: {e}")),
-                };
+            let mut fields = match json_fields(text, &self.schema) {
+                Ok(f) => f,
+                Err(e) => return self.bad(format!("not a JSON object: {e}")),
+            };
             let schema = &self.schema;
             return Ok(Some(typed_row(self.number, schema, |i| {
-                let (name, ty) = &schema.fields[i];
-                Self::json_value(object.get(name), *ty)
+                Self::json_value(fields[i].take(), schema.fields[i].1)
             })));
         }
     }

@@ -27,6 +27,7 @@ mod error;
 mod file_sink;
 mod file_source;
 pub mod identity;
+mod json_object;
 pub mod kafka;
 mod row;
 mod throttle;

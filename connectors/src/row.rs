@@ -150,6 +150,9 @@ pub fn parse_text(text: &str, ty: FieldType) -> Result<Value, String> {
 }
 
 fn parse_timestamp(text: &str) -> Option<i64> {
+    if let Some(ms) = parse_plain_timestamp(text) {
+        return Some(ms);
+    }
     const FORMATS: [&str; 6] = [
         "%Y-%m-%dT%H:%M:%S%.f",
         "%Y-%m-%dT%H:%M",
@@ -170,9 +173,49 @@ fn parse_timestamp(text: &str) -> Option<i64> {
 
 /// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS` (UTC).
 pub fn format_timestamp(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string())
-        .unwrap_or_else(|| ms.to_string())
+    use chrono::{Datelike, Timelike};
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms).map(|t| t.naive_utc()) else {
+        return ms.to_string();
+    };
+    if !(0..=9999).contains(&t.year()) {
+        return t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    }
+    // The common case without chrono's format-string interpretation (it
+    // was 3 % of route-history's CPU).
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (or with a space for the `T`), the form strata
+/// writes and the flights data uses, parsed without chrono's
+/// format-string interpretation; `None` for any other text.
+fn parse_plain_timestamp(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let shape = b.len() == 19
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && (b[10] == b'T' || b[10] == b' ')
+        && b[13] == b':'
+        && b[16] == b':';
+    if !shape {
+        return None;
+    }
+    let number = |from: usize, to: usize| -> Option<u32> {
+        b[from..to].iter().try_fold(0u32, |n, c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let date =
+        chrono::NaiveDate::from_ymd_opt(number(0, 4)? as i32, number(5, 7)?, number(8, 10)?)?;
+    let time = date.and_hms_opt(number(11, 13)?, number(14, 16)?, number(17, 19)?)?;
+    Some(time.and_utc().timestamp_millis())
 }
 
 #[cfg(test)]
@@ -191,6 +234,37 @@ mod tests {
             assert_eq!(parse_text(t, FieldType::Timestamp), Ok(want.clone()), "{t}");
         }
         assert_eq!(format_timestamp(978_307_260_000), "2001-01-01T00:01:00");
+    }
+
+    #[test]
+    fn the_plain_form_parses_and_formats_as_chrono_does() {
+        let chrono_text = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .naive_utc()
+                .format("%Y-%m-%dT%H:%M:%S")
+                .to_string()
+        };
+        // Seconds spread over years 1 to 9999, leap days included.
+        let mut ms = MIN_TIMESTAMP_MS;
+        while ms < MAX_TIMESTAMP_MS {
+            let text = format_timestamp(ms);
+            assert_eq!(text, chrono_text(ms));
+            let second = ms.div_euclid(1000) * 1000;
+            assert_eq!(parse_plain_timestamp(&text), Some(second), "{text}");
+            assert_eq!(parse_plain_timestamp(&text.replace('T', " ")), Some(second));
+            ms += 86_399_997 * 7 + 1_013;
+        }
+        for bad in [
+            "2001-02-29T00:00:00",
+            "2001-01-01T24:00:00",
+            "2001-01-01T00:00:0x",
+        ] {
+            assert_eq!(parse_plain_timestamp(bad), None, "{bad}");
+            assert!(parse_text(bad, FieldType::Timestamp).is_err(), "{bad}");
+        }
+        // Other forms are left to chrono.
+        assert_eq!(parse_plain_timestamp("+001-01-01T00:00:00"), None);
     }
 
     #[test]
