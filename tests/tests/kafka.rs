@@ -227,9 +227,9 @@ fn backpressure_parks_the_input_in_kafka_and_memory_stays_flat() {
     let progress: Vec<&str> = err.lines().filter(|l| l.contains("records read")).collect();
     assert!(
         !progress.is_empty()
-            && progress
-                .iter()
-                .all(|l| l.contains("lag ") && l.contains("per partition") && !l.contains("input done")),
+            && progress.iter().all(|l| l.contains("lag ")
+                && l.contains("per partition")
+                && !l.contains("input done")),
         "{err}"
     );
     assert!(
