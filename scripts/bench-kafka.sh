@@ -62,8 +62,14 @@ peak_rss() {
   echo $((hwm / 1024))
 }
 
+# exact or WRONG (route-check exits 1 on a wrong output: reported, not fatal).
 check() {
-  "$bin/route-check" "$1" "$2" 2>&1 | tail -1 | awk '{print $1}' | tr -d :
+  { "$bin/route-check" "$1" "$2" 2>&1 || true; } | tail -1 | awk '{print $1}' | tr -d :
+}
+
+# The run's summary line in $1, or a message and failure.
+summary_of() {
+  grep "^$2: done" "$1" || { echo "no summary line in $1:" >&2; tail -5 "$1" >&2; return 1; }
 }
 
 # strata NAME OUTPUT ARGS...: a bounded run; sets row NAME.
@@ -75,10 +81,12 @@ strata() {
   local pid=$! rss
   rss=$(peak_rss "$pid")
   wait "$pid" || { tail -3 "$work/$name.err" >&2; return 1; }
-  local s verdict="-"
-  s=$(grep '^strata: done' "$work/$name.err")
+  local s verdict="-" rate
+  s=$(summary_of "$work/$name.err" strata)
   [[ $output == kafka://* ]] && verdict=$(check "$data" "${output##*/}")
-  rows["$name"]="$(field "$s" records_per_s)|$rss|$(field "$s" checkpoint_mean_ms)|$verdict"
+  rate=$(field "$s" records_per_s)
+  [ "$verdict" = WRONG ] && rate="(wrong output)"
+  rows["$name"]="$rate|$rss|$(field "$s" checkpoint_mean_ms)|$verdict"
 }
 
 # kstreams NAME OUTPUT [ENV=VALUE...]: a bounded peer run; sets row NAME.
@@ -88,7 +96,7 @@ kstreams() {
   env "$@" COMMIT_MS="$commit_ms" "$peer" "$input" "$output" 2>"$work/$name.err" \
     || { tail -5 "$work/$name.err" >&2; return 1; }
   local s verdict rate
-  s=$(grep '^kstreams: done' "$work/$name.err")
+  s=$(summary_of "$work/$name.err" kstreams)
   verdict=$(check "$data" "$output")
   rate=$(field "$s" records_per_s)
   [ "$verdict" = exact ] || rate="(wrong output)"

@@ -243,7 +243,7 @@ pub fn csv_value_row(number: u64, bytes: &[u8], schema: &Schema, columns: &[usiz
     let mut rest = csv::StringRecord::new();
     if !matches!(reader.read_record(&mut rest), Ok(false)) || odd_quotes(bytes) {
         return Err(bad(
-            "the value is not one CSV record (a line break outside quotes, or a quote never closed)"
+            "the value is not one CSV record: a line break outside quotes, or an odd number of quotes (a cell holding a quote must be quoted, the quote doubled)"
                 .into(),
         ));
     }

@@ -112,9 +112,14 @@ impl RuntimeError {
     /// `task` in context (a closed channel stays what it is).
     pub(crate) fn in_checkpoint(self, id: u64, task: &str) -> Self {
         match self {
+            // A fenced sink (a newer instance took over) stays what it is:
+            // a consumer group counts it as a lost shard, not a failure.
             RuntimeError::Disconnected
             | RuntimeError::CheckpointFailed { .. }
-            | RuntimeError::ShardLost { .. } => self,
+            | RuntimeError::ShardLost { .. }
+            | RuntimeError::Connector(strata_connectors::ConnectorError::KafkaFenced { .. }) => {
+                self
+            }
             e => RuntimeError::CheckpointFailed {
                 id,
                 task: task.to_owned(),

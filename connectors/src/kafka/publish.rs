@@ -6,7 +6,10 @@
 //! checkpoint completed, and the whole job stood still for as long as the
 //! transaction took (a Kafka → Kafka run kept 1.2 of the 2 cores busy).
 //! Epochs stay in order: one thread, one transaction at a time, files by
-//! number. A failure (a fenced producer, a transaction that failed five
+//! number (parsed, not by name: `…-1000000` sorts before `…-999999`). At
+//! most [`MAX_BEHIND`] commits wait for the publisher; past that the sink
+//! task waits too, so a Kafka slower than the job slows the job (as it did
+//! before) instead of piling up epochs on disk. A failure (a fenced producer, a transaction that failed five
 //! times, a write-ahead file that cannot be read) stops the thread; the
 //! sink returns that error at its next call, so the job fails visibly.
 //!
@@ -46,9 +49,12 @@ pub(super) struct Publisher {
     pub(super) published: u64,
 }
 
+/// Commits that may wait for the publisher before the sink task waits.
+const MAX_BEHIND: usize = 2;
+
 /// The sink task's side of a running [`Publisher`].
 pub(super) struct Publishing {
-    requests: mpsc::Sender<Request>,
+    requests: mpsc::SyncSender<Request>,
     failed: Arc<Failed>,
 }
 
@@ -71,7 +77,7 @@ impl Publishing {
     ///
     /// Errors: the thread cannot be started.
     pub(super) fn start(mut publisher: Publisher) -> Result<Self> {
-        let (requests, rx) = mpsc::channel();
+        let (requests, rx) = mpsc::sync_channel(MAX_BEHIND);
         let failed = Arc::new(Failed::default());
         let report = failed.clone();
         std::thread::Builder::new()
@@ -114,7 +120,8 @@ impl Publishing {
         }))
     }
 
-    /// Asks for what is staged to be published (returns at once).
+    /// Asks for what is staged to be published (returns at once, unless
+    /// [`MAX_BEHIND`] requests wait already).
     pub(super) fn request(&self) -> Result<()> {
         self.check()?;
         self.requests
@@ -159,13 +166,7 @@ impl Publisher {
     /// above, by number.
     pub(super) fn staged(&self, from: u64) -> Result<Vec<(u64, PathBuf)>> {
         let names = committed_parts(&self.staging, &self.prefix, Some(self.subtask), from)?;
-        Ok(names
-            .into_iter()
-            .filter_map(|n| {
-                let seq = n.strip_suffix(".jsonl")?.rsplit('-').next()?.parse().ok()?;
-                Some((seq, self.staging.join(n)))
-            })
-            .collect())
+        Ok(by_number(names, &self.staging))
     }
 
     fn publish_file(&mut self, seq: u64, path: &Path) -> Result<()> {
@@ -289,6 +290,19 @@ impl Publisher {
             send(&self.producer, &self.topic, &record)?;
         }
     }
+}
+
+/// Part file names as (number, path), by number.
+fn by_number(names: Vec<String>, dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut staged: Vec<(u64, PathBuf)> = names
+        .into_iter()
+        .filter_map(|n| {
+            let seq = n.strip_suffix(".jsonl")?.rsplit('-').next()?.parse().ok()?;
+            Some((seq, dir.join(n)))
+        })
+        .collect();
+    staged.sort_unstable_by_key(|(seq, _)| *seq);
+    staged
 }
 
 const FENCED: &str = "this instance was fenced by a newer one of the same job (a restore took over); it stops without committing";
@@ -441,6 +455,18 @@ mod tests {
             assert!(is_fencing(code), "{code:?}");
         }
         assert!(!is_fencing(RDKafkaErrorCode::InvalidTransactionalState));
+    }
+
+    #[test]
+    fn epochs_go_by_number_past_six_digits() {
+        // By name, 1000000 sorts first: it would be sent, and 999999 taken
+        // for already sent and deleted unsent.
+        let names = vec!["part-0-1000000.jsonl".into(), "part-0-999999.jsonl".into()];
+        let order: Vec<u64> = by_number(names, Path::new("/s"))
+            .iter()
+            .map(|s| s.0)
+            .collect();
+        assert_eq!(order, [999_999, 1_000_000]);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //!   through a channel of eight batches. When the channel is full (the
 //!   task waits on a full edge downstream), the thread stops polling: what
 //!   librdkafka fetched waits in its queue, which stops fetching at
-//!   `queued.max.messages.kbytes` (4 MB), and the rest waits in Kafka. So
+//!   `queued.max.messages.kbytes` (8 MB), and the rest waits in Kafka. So
 //!   memory stays bounded and, unlike `rd_kafka_pause` (which drops what
 //!   was prefetched, to be fetched again at the resume: a source under a
 //!   50,000/s sink reached 68 % of it that way), nothing is read twice.

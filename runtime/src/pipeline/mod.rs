@@ -806,6 +806,11 @@ fn what_is_read<I>(parts: &Parts<I>) -> String {
 /// Errors: a field of the schema that the columns do not name.
 fn csv_cells(config: &JobConfig, schema: &Schema) -> Result<Option<Vec<usize>>> {
     if !config.kafka.csv {
+        if config.kafka.csv_columns.is_some() {
+            return Err(RuntimeError::Usage(
+                "source.kafka.csv-columns needs source.kafka.format=csv".into(),
+            ));
+        }
         return Ok(None);
     }
     let Some(columns) = &config.kafka.csv_columns else {
