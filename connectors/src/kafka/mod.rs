@@ -19,6 +19,7 @@
 
 mod group;
 mod publish;
+mod reader;
 mod sink;
 mod source;
 mod topic;
