@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command: builds strata once (release), starts the single-node
-# Cassandra the L3 tests need (scripts/cassandra.sh), the single-node Kafka
-# the Kafka tests need (scripts/kafka.sh) and the S3-compatible server the
-# object-store tests need (scripts/s3.sh) — each stopped again at the end if
-# this script started it — runs every test of the workspace — unit,
+# Cassandra the L3 tests need (scripts/cassandra.sh) and its secured twin
+# (TLS + logins, scripts/cassandra.sh --secure, 127.0.0.1:9142), the
+# single-node Kafka the Kafka tests need (scripts/kafka.sh; its SASL_SSL
+# listener on 127.0.0.1:9094 comes with it) and the S3-compatible server
+# the object-store tests need (scripts/s3.sh) — each stopped again at the
+# end if this script started it — runs every test of the workspace — unit,
 # property-based and end-to-end on the real flights data, the real
 # Cassandra, the real Kafka and the real S3 server — then prints one closing
 # line "tests: N passed, N failed".
@@ -16,6 +18,12 @@ if ! scripts/cassandra.sh status >/dev/null 2>&1; then
   started_cassandra=true
   scripts/cassandra.sh start > "${TMPDIR:-/tmp}/strata-cassandra-start.log" 2>&1 &
   cassandra_pid=$!
+fi
+started_cassandra_secure=false
+if ! scripts/cassandra.sh status --secure >/dev/null 2>&1; then
+  started_cassandra_secure=true
+  scripts/cassandra.sh start --secure > "${TMPDIR:-/tmp}/strata-cassandra-secure-start.log" 2>&1 &
+  cassandra_secure_pid=$!
 fi
 started_kafka=false
 if ! scripts/kafka.sh status >/dev/null 2>&1; then
@@ -33,6 +41,7 @@ log="$(mktemp)"
 cleanup() {
   rm -f "$log"
   if $started_cassandra; then scripts/cassandra.sh stop || true; fi
+  if $started_cassandra_secure; then scripts/cassandra.sh stop --secure || true; fi
   if $started_kafka; then scripts/kafka.sh stop || true; fi
   if $started_s3; then scripts/s3.sh stop || true; fi
 }
@@ -41,6 +50,11 @@ cargo build --release --workspace --bins
 if $started_cassandra && ! wait "$cassandra_pid"; then
   cat "${TMPDIR:-/tmp}/strata-cassandra-start.log" >&2
   echo "tests: 0 passed, 1 failed (Cassandra did not start)" >&2
+  exit 1
+fi
+if $started_cassandra_secure && ! wait "$cassandra_secure_pid"; then
+  cat "${TMPDIR:-/tmp}/strata-cassandra-secure-start.log" >&2
+  echo "tests: 0 passed, 1 failed (the secured Cassandra did not start)" >&2
   exit 1
 fi
 if $started_kafka && ! wait "$kafka_pid"; then

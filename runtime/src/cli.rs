@@ -76,7 +76,30 @@ enum JobsCommand {
         /// The input topic [default: the one the group's members read].
         #[arg(long)]
         topic: Option<String>,
+        #[command(flatten)]
+        settings: KafkaArgs,
     },
+}
+
+/// Where a command that only talks to Kafka finds the `kafka.*` keys (TLS,
+/// SASL): the job's configuration file and `-D` overrides.
+#[derive(Debug, clap::Args)]
+pub(crate) struct KafkaArgs {
+    /// A TOML configuration file (its `kafka.*` keys are used).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Set a configuration key, e.g. -D kafka.security.protocol=sasl_ssl (repeatable).
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+impl KafkaArgs {
+    /// The settings every client of the command uses, after a first
+    /// contact with `brokers` (see `kafka_contact`).
+    pub(crate) fn reach(&self, brokers: &str) -> Result<strata_connectors::kafka::KafkaSecurity> {
+        let config = JobConfig::load(self.config.as_deref(), &self.overrides)?;
+        crate::kafka_contact::reach_blocking(&config.kafka.security, &[brokers])
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -246,9 +269,12 @@ pub fn main(cli: Cli) -> Result<()> {
                     brokers,
                     group,
                     topic,
+                    settings,
                 },
         } => {
-            for line in crate::group::status::lines(&brokers, &group, topic.as_deref())? {
+            let security = settings.reach(&brokers)?;
+            for line in crate::group::status::lines(&brokers, &security, &group, topic.as_deref())?
+            {
                 print_line(&line)?;
             }
             Ok(())

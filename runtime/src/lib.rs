@@ -24,6 +24,7 @@ pub mod function;
 pub mod group;
 pub mod inspect;
 pub mod jobs;
+mod kafka_contact;
 mod local_dir;
 mod metrics;
 mod pipeline;

@@ -18,6 +18,11 @@ use strata_cache::TierStats;
 /// Starts the Prometheus HTTP endpoint on `addr` (e.g. `127.0.0.1:9249`).
 /// Must run inside the tokio runtime.
 pub(crate) fn serve(addr: std::net::SocketAddr) -> Result<()> {
+    warn_if_exposed(
+        "--metrics-addr",
+        addr,
+        "the job's metrics (record counts, state sizes, lag) without authentication",
+    );
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .install()
@@ -26,6 +31,16 @@ pub(crate) fn serve(addr: std::net::SocketAddr) -> Result<()> {
                 "--metrics-addr: cannot serve metrics on {addr}: {e}"
             ))
         })
+}
+
+/// Warns on stderr when `addr` (given by `flag`) is reachable from other
+/// machines (not a loopback address), naming what it exposes.
+pub(crate) fn warn_if_exposed(flag: &str, addr: std::net::SocketAddr, exposes: &str) {
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "strata: warning: {flag} {addr} is not a loopback address: every host that can reach it sees {exposes} (bind 127.0.0.1 to keep it local)"
+        );
+    }
 }
 
 pub(crate) fn publish(p: &Progress, t: &TierStats) {

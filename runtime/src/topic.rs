@@ -2,9 +2,10 @@
 //! `strata_connectors::kafka::{load_topic, read_topic}`), with a progress
 //! bar on a terminal.
 
+use crate::cli::KafkaArgs;
 use crate::error::{Result, RuntimeError};
 use std::path::PathBuf;
-use strata_connectors::kafka::{load_topic, read_topic, ReadOptions};
+use strata_connectors::kafka::{load_topic, read_topic, LoadOptions, ReadOptions};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum TopicCommand {
@@ -30,6 +31,8 @@ pub(crate) enum TopicCommand {
         /// input; each message's timestamp is when it was sent).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         rate: Option<u64>,
+        #[command(flatten)]
+        settings: KafkaArgs,
     },
     /// Write every record of a topic, to the end of each partition, as JSON
     /// lines {partition, offset, timestamp, key, value, headers}.
@@ -46,6 +49,8 @@ pub(crate) enum TopicCommand {
         /// Write here instead of to stdout.
         #[arg(long)]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        settings: KafkaArgs,
     },
 }
 
@@ -58,7 +63,9 @@ pub(crate) fn main(command: TopicCommand) -> Result<()> {
             key,
             partitions,
             rate,
+            settings,
         } => {
+            let security = settings.reach(&brokers)?;
             let bar = crate::progress::terminal_bar();
             let mut progress = |done: u64, total: u64| {
                 if let Some(bar) = &bar {
@@ -70,10 +77,13 @@ pub(crate) fn main(command: TopicCommand) -> Result<()> {
             let report = load_topic(
                 &file,
                 &brokers,
+                &security,
                 &topic,
-                &key,
-                partitions,
-                rate,
+                &LoadOptions {
+                    key,
+                    partitions,
+                    rate,
+                },
                 &mut progress,
             )?;
             if let Some(bar) = bar {
@@ -94,18 +104,20 @@ pub(crate) fn main(command: TopicCommand) -> Result<()> {
             topic,
             read_committed,
             output,
+            settings,
         } => {
+            let security = settings.reach(&brokers)?;
             let options = ReadOptions { read_committed };
             let n = match &output {
                 Some(path) => {
                     let file = std::fs::File::create(path).map_err(RuntimeError::io(path))?;
                     let mut w = std::io::BufWriter::new(file);
-                    read_topic(&brokers, &topic, &options, &mut w)?
+                    read_topic(&brokers, &security, &topic, &options, &mut w)?
                 }
                 None => {
                     let stdout = std::io::stdout();
                     let mut w = std::io::BufWriter::new(stdout.lock());
-                    read_topic(&brokers, &topic, &options, &mut w)?
+                    read_topic(&brokers, &security, &topic, &options, &mut w)?
                 }
             };
             eprintln!("strata: read {n} records of topic {topic}");

@@ -14,6 +14,7 @@
 #   NODE_CONF     the config file written at start (marks a data folder
 #                 of the script; also in the process's command line)
 #   DATA PIDFILE LOG OUT WAIT STOP_WAIT   as their names say
+#   NODE_USAGE    (optional) the commands for the usage message
 #
 # and defines: pom_dependencies (the <dependency> elements whose runtime
 # classpath is the node's), node_probe (a real protocol exchange; prints what it learnt,
@@ -24,7 +25,7 @@ say() { echo "$NODE.sh: $*"; }
 die() { echo "$NODE.sh: $*" >&2; exit 1; }
 
 usage() {
-  echo "usage: $0 start|stop|status|wipe" >&2
+  echo "usage: $0 ${NODE_USAGE:-start|stop|status|wipe}" >&2
   echo "  (see the header of $0 for the environment variables)" >&2
   exit 2
 }

@@ -33,23 +33,42 @@ impl Cql {
     /// Connects to [`contact_point`]; panics with how to start Cassandra if
     /// it does not answer (the L3 tests need it: they fail, never skip).
     pub fn connect() -> Self {
+        Self::connect_with(&contact_point(), "", SessionBuilder::new())
+    }
+
+    /// Connects to the secured node ([`crate::secure`]) over TLS, logged in
+    /// as its test role; panics with how to start it if it does not answer.
+    pub fn connect_secure() -> Self {
+        let builder = SessionBuilder::new()
+            .user(
+                crate::secure::CASSANDRA_USER,
+                crate::secure::cassandra_password(),
+            )
+            .tls_context(Some(crate::secure::rustls_config()));
+        Self::connect_with(
+            &crate::secure::cassandra_contact_point(),
+            " --secure",
+            builder,
+        )
+    }
+
+    fn connect_with(addr: &str, mode: &str, builder: SessionBuilder) -> Self {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let addr = contact_point();
         let session = rt
             .block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(20),
-                    SessionBuilder::new().known_node(&addr).build(),
+                    builder.known_node(addr).build(),
                 )
                 .await
             })
             .map_err(|_| "timed out".to_string())
             .and_then(|r| r.map_err(|e| e.to_string()))
             .unwrap_or_else(|e| {
-                panic!("Cassandra does not answer at {addr} ({e}): start it with scripts/cassandra.sh start")
+                panic!("Cassandra does not answer at {addr} ({e}): start it with scripts/cassandra.sh start{mode}")
             });
         Self { rt, session }
     }

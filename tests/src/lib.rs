@@ -6,6 +6,7 @@ pub mod cassandra;
 pub mod kafka;
 pub mod query;
 pub mod s3;
+pub mod secure;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Int64Type, TimestampMicrosecondType};

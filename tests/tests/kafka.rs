@@ -189,7 +189,7 @@ fn backpressure_parks_the_input_in_kafka_and_memory_stays_flat() {
         assert!(child.try_wait().unwrap().is_none(), "the job ended");
         let (Some(rss), Ok(lag)) = (
             rss_bytes(pid),
-            strata_connectors::kafka::group_lag(&brokers(), &group, &input),
+            strata_connectors::kafka::group_lag(&brokers(), &Default::default(), &group, &input),
         ) else {
             continue;
         };

@@ -31,10 +31,12 @@
 mod fence;
 mod layout;
 mod schema;
+mod security;
 mod service;
 mod sweep;
 
 pub use layout::MigrationTable;
+pub use security::{Credentials, TlsFiles};
 pub use service::L3Stats;
 pub use sweep::SLICES as SWEEP_SLICES;
 
@@ -77,6 +79,10 @@ pub struct L3Config {
     pub lineage: i64,
     /// Migration mode: a list state that lives in an existing table.
     pub migration: Option<MigrationTable>,
+    /// The login, for clusters with `PasswordAuthenticator` (none: no login).
+    pub credentials: Option<Credentials>,
+    /// TLS towards the nodes (none: plaintext).
+    pub tls: Option<TlsFiles>,
 }
 
 impl L3Config {
@@ -96,6 +102,8 @@ impl L3Config {
             concurrency: 64,
             lineage,
             migration: None,
+            credentials: None,
+            tls: None,
         }
     }
 }
@@ -345,27 +353,50 @@ impl Drop for CassandraTier {
     }
 }
 
-async fn setup(
-    config: &L3Config,
-) -> Result<(Session, Layout, fence::Fence, sweep::SweepStatements)> {
+/// A session to the nodes, logged in and over TLS as configured, within
+/// `connect_timeout`. Errors: one line naming the nodes and, where the
+/// driver's error shows it, what was wrong (login, certificate, TLS).
+async fn connect(config: &L3Config) -> Result<Session> {
     let nodes = config.contact_points.join(", ");
-    let builder = SessionBuilder::new()
+    let mut builder = SessionBuilder::new()
         .known_nodes(&config.contact_points)
         .connection_timeout(config.connect_timeout);
-    let session = tokio::time::timeout(config.connect_timeout, builder.build())
+    if let Some(c) = &config.credentials {
+        builder = builder.user(c.username.clone(), c.password());
+    }
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_context(Some(tls.client_config()?));
+    }
+    let tls = config.tls.is_some();
+    tokio::time::timeout(config.connect_timeout, builder.build())
         .await
         .map_err(|_| {
+            let hint = security::diagnose("timed out", tls)
+                .map(|h| format!(" ({h})"))
+                .unwrap_or_default();
             StateError::L3(format!(
-                "no Cassandra/ScyllaDB node at {nodes} answered within {:?} \
+                "no Cassandra/ScyllaDB node at {nodes} answered within {:?}{hint} \
                  (is it running? scripts/cassandra.sh start)",
                 config.connect_timeout
             ))
         })?
         .map_err(|e| {
-            StateError::L3(format!(
-                "cannot connect to Cassandra/ScyllaDB at {nodes}: {e}"
-            ))
-        })?;
+            let text = e.to_string();
+            match security::diagnose(&text, tls) {
+                Some(why) => StateError::L3(format!(
+                    "cannot connect to Cassandra/ScyllaDB at {nodes}: {why} [{text}]"
+                )),
+                None => StateError::L3(format!(
+                    "cannot connect to Cassandra/ScyllaDB at {nodes}: {text}"
+                )),
+            }
+        })
+}
+
+async fn setup(
+    config: &L3Config,
+) -> Result<(Session, Layout, fence::Fence, sweep::SweepStatements)> {
+    let session = connect(config).await?;
     let ks = &config.keyspace;
     let table = format!("{ks}.{}", config.table);
     for cql in [

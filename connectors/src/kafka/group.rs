@@ -24,7 +24,7 @@
 //! the broker refuses it once the member is out of the group, which makes
 //! it a fence for a zombie (see [`Commit::Fenced`]).
 
-use super::{client_config, partitions_of, CALL_TIMEOUT};
+use super::{client_config, partitions_of, KafkaSecurity, CALL_TIMEOUT};
 use crate::error::{ConnectorError, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::types::RDKafkaErrorCode;
@@ -45,6 +45,8 @@ pub trait RebalanceListener: Send + Sync + 'static {
 pub struct GroupOptions {
     /// `bootstrap.servers`.
     pub brokers: String,
+    /// TLS and SASL settings (`kafka.*`), the same for every client.
+    pub security: KafkaSecurity,
     /// The one topic whose partitions the group divides.
     pub topic: String,
     /// `group.id`.
@@ -139,6 +141,7 @@ impl GroupMember {
         };
         let consumer: BaseConsumer<Context> = client_config(
             &options.brokers,
+            &options.security,
             &[
                 ("group.id", options.group.as_str()),
                 (
@@ -314,8 +317,13 @@ pub struct GroupInfo {
 /// --describe` shows).
 ///
 /// Errors: the topic does not exist, the brokers cannot be reached within 30 s.
-pub fn describe_group(brokers: &str, group: &str, topic: &str) -> Result<GroupInfo> {
-    let consumer = super::group_reader(brokers, group)?;
+pub fn describe_group(
+    brokers: &str,
+    security: &KafkaSecurity,
+    group: &str,
+    topic: &str,
+) -> Result<GroupInfo> {
+    let consumer = super::group_reader(brokers, security, group)?;
     let partitions = partitions_of(&consumer, topic)?;
     let list = consumer
         .fetch_group_list(Some(group), CALL_TIMEOUT)
@@ -355,8 +363,8 @@ pub fn describe_group(brokers: &str, group: &str, topic: &str) -> Result<GroupIn
 /// The topics the members of `group` are assigned partitions of.
 ///
 /// Errors: the brokers cannot be reached within 30 s.
-pub fn group_topics(brokers: &str, group: &str) -> Result<Vec<String>> {
-    let consumer: BaseConsumer = client_config(brokers, &[], &[])
+pub fn group_topics(brokers: &str, security: &KafkaSecurity, group: &str) -> Result<Vec<String>> {
+    let consumer: BaseConsumer = client_config(brokers, security, &[], &[])
         .create()
         .map_err(ConnectorError::kafka("create a consumer"))?;
     let list = consumer

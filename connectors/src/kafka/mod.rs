@@ -20,6 +20,7 @@
 mod group;
 mod publish;
 mod reader;
+mod security;
 mod sink;
 mod source;
 mod topic;
@@ -28,11 +29,12 @@ pub use group::{
     describe_group, group_topics, Commit, Committed, GroupInfo, GroupMember, GroupOptions,
     MemberInfo, RebalanceListener,
 };
+pub use security::KafkaSecurity;
 pub use sink::{KafkaSink, KafkaSinkOptions, OutRecord};
 pub use source::{
     Fetched, KafkaSource, KafkaSourceOptions, PartitionOffset, Polled, RowDecoder, SourceStats,
 };
-pub use topic::{load_topic, read_topic, LoadReport, ReadOptions};
+pub use topic::{load_topic, read_topic, LoadOptions, LoadReport, ReadOptions};
 
 use crate::error::{ConnectorError, Result};
 use rdkafka::config::ClientConfig;
@@ -152,16 +154,18 @@ fn valid_topic(t: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-/// A librdkafka configuration: `bootstrap.servers`, strata's defaults, then
-/// the user's `properties` (which win).
+/// A librdkafka configuration: `bootstrap.servers`, the `security`
+/// settings, strata's defaults, then the user's `properties` (which win).
 pub(crate) fn client_config(
     brokers: &str,
+    security: &KafkaSecurity,
     defaults: &[(&str, &str)],
     properties: &[(String, String)],
 ) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers);
     c.set("log_level", "3");
+    security.apply(&mut c);
     for (k, v) in defaults {
         c.set(*k, *v);
     }
@@ -199,8 +203,8 @@ fn missing_topic(topic: &str) -> ConnectorError {
 /// How many partitions `topic` has.
 ///
 /// Errors: the topic does not exist, the brokers cannot be reached within 30 s.
-pub fn partition_count(brokers: &str, topic: &str) -> Result<usize> {
-    let consumer: BaseConsumer = client_config(brokers, &[], &[])
+pub fn partition_count(brokers: &str, security: &KafkaSecurity, topic: &str) -> Result<usize> {
+    let consumer: BaseConsumer = client_config(brokers, security, &[], &[])
         .create()
         .map_err(ConnectorError::kafka("create a consumer"))?;
     Ok(partitions_of(&consumer, topic)?.len())
@@ -258,9 +262,14 @@ where
 
 /// A consumer of `group` that only reads what the group committed (it
 /// never joins nor commits).
-pub(crate) fn group_reader(brokers: &str, group: &str) -> Result<BaseConsumer> {
+pub(crate) fn group_reader(
+    brokers: &str,
+    security: &KafkaSecurity,
+    group: &str,
+) -> Result<BaseConsumer> {
     client_config(
         brokers,
+        security,
         &[("group.id", group), ("enable.auto.commit", "false")],
         &[],
     )
@@ -276,8 +285,13 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Lag of consumer group `group` on `topic`: per partition, the end
 /// offset minus the group's committed offset (the whole partition when the
 /// group committed nothing). What `kafka-consumer-groups --describe` shows.
-pub fn group_lag(brokers: &str, group: &str, topic: &str) -> Result<Vec<(i32, i64)>> {
-    let consumer = group_reader(brokers, group)?;
+pub fn group_lag(
+    brokers: &str,
+    security: &KafkaSecurity,
+    group: &str,
+    topic: &str,
+) -> Result<Vec<(i32, i64)>> {
+    let consumer = group_reader(brokers, security, group)?;
     let partitions = partitions_of(&consumer, topic)?;
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {

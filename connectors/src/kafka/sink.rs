@@ -34,8 +34,8 @@
 //! `acks=all`); a barrier waits until every record sent is acknowledged. A
 //! restore sends the records after the checkpoint again.
 
-use super::client_config;
 use super::publish::{encode_wal_line, read_marker, Publisher, Publishing, TXN_TIMEOUT};
+use super::{client_config, KafkaSecurity};
 use crate::error::{ConnectorError, Result};
 use crate::file_sink::{FileSink, SinkState};
 use rdkafka::consumer::BaseConsumer;
@@ -50,6 +50,8 @@ use std::sync::{Arc, Mutex};
 pub struct KafkaSinkOptions {
     /// `bootstrap.servers`.
     pub brokers: String,
+    /// TLS and SASL settings (`kafka.*`), the same for every client.
+    pub security: KafkaSecurity,
     /// The topic written.
     pub topic: String,
     /// This instance's `transactional.id` (also the marker's group).
@@ -141,10 +143,14 @@ impl KafkaSink {
             defaults.push(("transactional.id", options.transactional_id.as_str()));
             defaults.push(("transaction.timeout.ms", "300000"));
         }
-        let producer: ThreadedProducer<Deliveries> =
-            client_config(&options.brokers, &defaults, &options.properties)
-                .create_with_context(deliveries.clone())
-                .map_err(ConnectorError::kafka("create the producer"))?;
+        let producer: ThreadedProducer<Deliveries> = client_config(
+            &options.brokers,
+            &options.security,
+            &defaults,
+            &options.properties,
+        )
+        .create_with_context(deliveries.clone())
+        .map_err(ConnectorError::kafka("create the producer"))?;
         let mode = if options.exactly_once {
             open_transactional(&options, producer, restored)?
         } else {
@@ -262,6 +268,7 @@ fn open_transactional(
         )))?;
     let marker: BaseConsumer = client_config(
         &o.brokers,
+        &o.security,
         &[
             ("group.id", o.transactional_id.as_str()),
             ("enable.auto.commit", "false"),

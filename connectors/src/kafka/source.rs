@@ -30,7 +30,7 @@
 //! that lose data (an offset out of range, a topic deleted) end reading.
 
 use super::reader::{Reader, CHANNEL_BATCHES};
-use super::{client_config, partitions_of, CALL_TIMEOUT};
+use super::{client_config, partitions_of, KafkaSecurity, CALL_TIMEOUT};
 use crate::error::{ConnectorError, Result};
 use crate::RowResult;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -46,6 +46,8 @@ use std::time::{Duration, Instant};
 pub struct KafkaSourceOptions {
     /// `bootstrap.servers`.
     pub brokers: String,
+    /// TLS and SASL settings (`kafka.*`), the same for every client.
+    pub security: KafkaSecurity,
     /// Topics to read, all their partitions (or those `partitions` names).
     pub topics: Vec<String>,
     /// Read only these partitions of the topics (a shard of a consumer
@@ -327,6 +329,7 @@ impl Drop for KafkaSource {
 fn consumer(options: &KafkaSourceOptions) -> Result<BaseConsumer> {
     client_config(
         &options.brokers,
+        &options.security,
         &[
             ("group.id", options.group.as_str()),
             ("enable.auto.commit", "false"),

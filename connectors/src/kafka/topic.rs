@@ -1,7 +1,7 @@
 //! `strata topic load` and `strata topic read`: a file into a topic, a
 //! topic into JSON lines.
 
-use super::{client_config, encode_key, key_to_json, partitions_of, CALL_TIMEOUT};
+use super::{client_config, encode_key, key_to_json, partitions_of, KafkaSecurity, CALL_TIMEOUT};
 use crate::error::{ConnectorError, Result};
 use crate::file_source::{FileSource, Format, Position};
 use crate::row::{format_timestamp, FieldType, Schema, Value};
@@ -28,13 +28,24 @@ pub struct LoadReport {
     pub created: bool,
 }
 
+/// How [`load_topic`] writes.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// The key columns (at least one).
+    pub key: Vec<String>,
+    /// Partitions of a topic created here (default 1).
+    pub partitions: Option<i32>,
+    /// At most this many records per second.
+    pub rate: Option<u64>,
+}
+
 /// Writes every record of `file` (Parquet, CSV or JSON lines) to `topic`
-/// as a JSON object, keyed by the columns `key` (see
-/// [`super::encode_key`]), creating the topic with `partitions` partitions
-/// (default 1) if it is absent. Parquet columns keep their types
+/// as a JSON object, keyed by the columns `options.key` (see
+/// [`super::encode_key`]), creating the topic with `options.partitions`
+/// partitions (default 1) if it is absent. Parquet columns keep their types
 /// (timestamps as `YYYY-MM-DDTHH:MM:SS`); CSV values are text; JSON lines
 /// are sent as they are. `progress(done, total)` is called as it goes.
-/// With `rate`, at most that many records per second are sent (a load
+/// With `options.rate`, at most that many records per second are sent (a load
 /// test's steady input; each message's timestamp is when it was sent).
 ///
 /// Errors: the file cannot be read, a record lacks a key column or is not
@@ -43,21 +54,27 @@ pub struct LoadReport {
 pub fn load_topic(
     file: &Path,
     brokers: &str,
+    security: &KafkaSecurity,
     topic: &str,
-    key: &[String],
-    partitions: Option<i32>,
-    rate: Option<u64>,
+    options: &LoadOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<LoadReport> {
+    let LoadOptions {
+        key,
+        partitions,
+        rate,
+    } = options;
+    let (partitions, rate) = (*partitions, *rate);
     let format = Format::from_path(file)?;
     if key.is_empty() {
         return Err(ConnectorError::KafkaUsage(
             "--key needs at least one column".into(),
         ));
     }
-    let (count, created) = ensure_topic(brokers, topic, partitions)?;
+    let (count, created) = ensure_topic(brokers, security, topic, partitions)?;
     let producer: ThreadedProducer<DefaultProducerContext> = client_config(
         brokers,
+        security,
         &[
             ("enable.idempotence", "true"),
             ("acks", "all"),
@@ -116,8 +133,13 @@ fn send_record(
 }
 
 /// The topic's partition count, creating it first if absent.
-fn ensure_topic(brokers: &str, topic: &str, partitions: Option<i32>) -> Result<(usize, bool)> {
-    let probe: BaseConsumer = client_config(brokers, &[], &[])
+fn ensure_topic(
+    brokers: &str,
+    security: &KafkaSecurity,
+    topic: &str,
+    partitions: Option<i32>,
+) -> Result<(usize, bool)> {
+    let probe: BaseConsumer = client_config(brokers, security, &[], &[])
         .create()
         .map_err(ConnectorError::kafka("create a client"))?;
     if let Ok(existing) = partitions_of(&probe, topic) {
@@ -130,7 +152,7 @@ fn ensure_topic(brokers: &str, topic: &str, partitions: Option<i32>) -> Result<(
         };
     }
     let n = partitions.unwrap_or(1);
-    let admin: AdminClient<DefaultClientContext> = client_config(brokers, &[], &[])
+    let admin: AdminClient<DefaultClientContext> = client_config(brokers, security, &[], &[])
         .create()
         .map_err(ConnectorError::kafka("create an admin client"))?;
     let new = NewTopic::new(topic, n, TopicReplication::Fixed(1));
@@ -350,6 +372,7 @@ pub struct ReadOptions {
 /// cannot be written.
 pub fn read_topic(
     brokers: &str,
+    security: &KafkaSecurity,
     topic: &str,
     options: &ReadOptions,
     out: &mut dyn Write,
@@ -362,6 +385,7 @@ pub fn read_topic(
     let group = format!("strata-topic-read-{}", std::process::id());
     let consumer: BaseConsumer = client_config(
         brokers,
+        security,
         &[
             ("group.id", group.as_str()),
             ("enable.auto.commit", "false"),

@@ -17,7 +17,8 @@
 //! | `sink.kafka.transactional-id-prefix` | `strata-<job>-<topic>` | text | the sink's `transactional.id` is `<prefix>-<instance>` |
 //! | `bad-input.dead-letter-topic` | absent | topic name | dead letters go to this topic (on the input's brokers, or the output's) |
 
-use super::{bad, size, text};
+use super::kafka_security::KafkaSecuritySettings;
+use super::{bad, flag, size, text};
 use crate::error::Result;
 
 /// Kafka settings of a job.
@@ -48,6 +49,8 @@ pub struct KafkaSettings {
     pub sink_properties: Vec<(String, String)>,
     /// `bad-input.dead-letter-topic`.
     pub dead_letter_topic: Option<String>,
+    /// The `kafka.*` keys: TLS and SASL for every client.
+    pub security: KafkaSecuritySettings,
 }
 
 impl Default for KafkaSettings {
@@ -65,15 +68,8 @@ impl Default for KafkaSettings {
             transactional_id_prefix: None,
             sink_properties: Vec::new(),
             dead_letter_topic: None,
+            security: KafkaSecuritySettings::default(),
         }
-    }
-}
-
-fn flag(key: &str, v: &toml::Value) -> Result<bool> {
-    match text(key, v)?.trim() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        other => Err(bad(key, format!("'{other}' is not true or false"))),
     }
 }
 
@@ -89,6 +85,9 @@ fn one_of<'a>(key: &str, v: &toml::Value, allowed: &[&'a str]) -> Result<&'a str
 impl KafkaSettings {
     /// Sets `key` (one of this module's keys); `false` if it is not one.
     pub(super) fn set(&mut self, key: &str, v: &toml::Value) -> Result<bool> {
+        if self.security.set(key, v)? {
+            return Ok(true);
+        }
         match key {
             "source.kafka.start" => {
                 self.start_latest = Some(one_of(key, v, &["earliest", "latest"])? == "latest")
@@ -139,6 +138,12 @@ impl KafkaSettings {
                 } else {
                     return Ok(false);
                 };
+                if ["security.", "sasl.", "ssl."]
+                    .iter()
+                    .any(|p| property.starts_with(p))
+                {
+                    return Err(bad(key, format!("TLS and SASL settings apply to every Kafka client strata opens: set kafka.{} instead (see \"Connecting to secured clusters\" in docs/operations.md)", property_hint(property))));
+                }
                 for reserved in [
                     "bootstrap.servers",
                     "group.id",
@@ -155,5 +160,20 @@ impl KafkaSettings {
             }
         }
         Ok(true)
+    }
+}
+
+/// The `kafka.*` key that stands for librdkafka property `p`.
+fn property_hint(p: &str) -> &'static str {
+    match p {
+        "security.protocol" => "security.protocol",
+        "sasl.mechanism" | "sasl.mechanisms" => "sasl.mechanism",
+        "sasl.username" => "sasl.username",
+        "sasl.password" => "sasl.username (the password in STRATA_KAFKA_PASSWORD)",
+        "ssl.ca.location" => "ssl.ca",
+        "ssl.certificate.location" => "ssl.certificate",
+        "ssl.key.location" => "ssl.key",
+        "ssl.endpoint.identification.algorithm" => "ssl.verify-hostname",
+        _ => "* (security.protocol, sasl.mechanism, sasl.username, ssl.ca, ssl.certificate, ssl.key, ssl.verify-hostname)",
     }
 }

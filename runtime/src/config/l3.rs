@@ -11,16 +11,26 @@
 //! | `state.l3.request-timeout` | `5s` | 10ms–10min | timeout of one attempt |
 //! | `state.l3.retry-for` | `120s` | 0–1d | how long a failing request is retried (the job stalls meanwhile) before the job fails |
 //! | `state.l3.concurrency` | 64 | 1–4096 | L3 requests in flight at most |
+//! | `state.l3.username` | absent = no login | text | the role to log in as (`PasswordAuthenticator`); its password comes from `STRATA_L3_PASSWORD` or the file below, never from the configuration |
+//! | `state.l3.password-file` | absent | path | a file holding the password (one line; wins over `STRATA_L3_PASSWORD`) |
+//! | `state.l3.tls` | `false` | `true`, `false` | TLS to the nodes (in a TOML file: `[state.l3.tls]` `enabled = true`) |
+//! | `state.l3.tls.ca` | the system's trust store | path | PEM file of the CA that signed the nodes' certificates |
+//! | `state.l3.tls.certificate`, `state.l3.tls.key` | absent | paths | PEM client certificate and its key, for clusters that require one (mutual TLS); both or neither |
+//! | `state.l3.tls.verify-hostname` | `true` | `true`, `false` | a node's certificate must name the address strata connects to |
 //! | `state.l3.migration.state` | absent | a declared list state | migration mode: this list state lives in an existing table |
 //! | `state.l3.migration.table` | — | `[keyspace.]table` | that table |
 //! | `state.l3.migration.key-column` | `user_id` | CQL identifier | its partition key (text): the record key |
 //! | `state.l3.migration.time-column` | `event_time` | CQL identifier | its clustering column (timestamp): the element's time |
 //! | `state.l3.migration.value-column` | `payload` | CQL identifier | its payload column (blob): the element |
 
-use super::{bad, duration, number, text};
+use super::{bad, duration, flag, number, path, text};
 use crate::error::Result;
+use std::path::PathBuf;
 use std::time::Duration;
-use strata_cache::l3::{Consistency, L3Config, MigrationTable};
+use strata_cache::l3::{Consistency, Credentials, L3Config, MigrationTable, TlsFiles};
+
+/// The environment variable that holds the L3 password.
+pub const L3_PASSWORD_ENV: &str = "STRATA_L3_PASSWORD";
 
 /// The L3 settings of a job (without its lineage, which its checkpoints
 /// carry).
@@ -46,6 +56,20 @@ pub struct L3Settings {
     pub concurrency: usize,
     /// Migration mode: (state, table, key column, time column, value column).
     pub migration: Option<[String; 5]>,
+    /// The role to log in as; the password is read when connecting.
+    pub username: Option<String>,
+    /// `state.l3.password-file`.
+    pub password_file: Option<PathBuf>,
+    /// `state.l3.tls`.
+    pub tls: bool,
+    /// `state.l3.tls.ca`.
+    pub tls_ca: Option<PathBuf>,
+    /// `state.l3.tls.certificate`.
+    pub tls_certificate: Option<PathBuf>,
+    /// `state.l3.tls.key`.
+    pub tls_key: Option<PathBuf>,
+    /// `state.l3.tls.verify-hostname`.
+    pub tls_verify_hostname: bool,
 }
 
 impl Default for L3Settings {
@@ -62,6 +86,13 @@ impl Default for L3Settings {
             retry_for: d.retry_for,
             concurrency: d.concurrency,
             migration: None,
+            username: None,
+            password_file: None,
+            tls: false,
+            tls_ca: None,
+            tls_certificate: None,
+            tls_key: None,
+            tls_verify_hostname: true,
         }
     }
 }
@@ -152,7 +183,34 @@ impl L3Settings {
                 self.retry_for = duration(key, v, Duration::ZERO, secs(86_400))?
             }
             "state.l3.concurrency" => self.concurrency = number(key, v, 1..=4096)? as usize,
-            _ => return self.set_migration(key, v),
+            _ if key.starts_with("state.l3.migration.") => return self.set_migration(key, v),
+            _ => return self.set_security(key, v),
+        }
+        Ok(())
+    }
+
+    /// The login and TLS keys. A password is never a configuration value.
+    fn set_security(&mut self, key: &str, v: &toml::Value) -> Result<()> {
+        match key {
+            "state.l3.username" => self.username = Some(text(key, v)?.trim().to_owned()),
+            "state.l3.password-file" => self.password_file = Some(path(key, v)?),
+            "state.l3.tls" | "state.l3.tls.enabled" => self.tls = flag(key, v)?,
+            "state.l3.tls.ca" => self.tls_ca = Some(path(key, v)?),
+            "state.l3.tls.certificate" => self.tls_certificate = Some(path(key, v)?),
+            "state.l3.tls.key" => self.tls_key = Some(path(key, v)?),
+            "state.l3.tls.verify-hostname" => self.tls_verify_hostname = flag(key, v)?,
+            "state.l3.password" => {
+                return Err(bad(
+                    key,
+                    format!("a password is never read from the configuration or -D (files and process lists show them): set {L3_PASSWORD_ENV} or state.l3.password-file"),
+                ))
+            }
+            _ => {
+                return Err(bad(
+                    key,
+                    "unknown key (see the configuration table in the README)",
+                ))
+            }
         }
         Ok(())
     }
@@ -193,6 +251,25 @@ impl L3Settings {
                 ));
             }
         }
+        if self.tls_certificate.is_some() != self.tls_key.is_some() {
+            return Err(bad(
+                "state.l3.tls.certificate",
+                "a client certificate needs its key: set both state.l3.tls.certificate and state.l3.tls.key, or neither",
+            ));
+        }
+        let tls_files = self.tls_ca.is_some() || self.tls_certificate.is_some();
+        if tls_files && !self.tls {
+            return Err(bad(
+                "state.l3.tls",
+                "state.l3.tls.* files are set but TLS is off: set state.l3.tls=true",
+            ));
+        }
+        if self.password_file.is_some() && self.username.is_none() {
+            return Err(bad(
+                "state.l3.password-file",
+                "a password without a user: set state.l3.username too",
+            ));
+        }
         if self.contact_points.is_empty() && *self != Self::default() {
             return Err(bad(
                 "state.l3.contact-points",
@@ -207,7 +284,6 @@ impl L3Settings {
         !self.contact_points.is_empty()
     }
 
-    /// The client configuration, with the job's lineage.
     /// The old job's table of migration mode as `keyspace.table`, lower
     /// case (a table named without a keyspace is in `state.l3.keyspace`).
     pub fn migration_table(&self) -> Option<String> {
@@ -220,8 +296,18 @@ impl L3Settings {
         Some(qualified.to_lowercase())
     }
 
-    pub fn client_config(&self, lineage: i64) -> L3Config {
+    /// The client configuration, with the job's lineage and the password
+    /// read now (from `state.l3.password-file`, else `STRATA_L3_PASSWORD`).
+    ///
+    /// Errors: a user without a password, an unreadable password file.
+    pub fn client_config(&self, lineage: i64) -> Result<L3Config> {
         let mut c = L3Config::new(self.contact_points.clone(), lineage);
+        c.credentials = self.credentials()?;
+        c.tls = self.tls.then(|| TlsFiles {
+            ca: self.tls_ca.clone(),
+            client: self.tls_certificate.clone().zip(self.tls_key.clone()),
+            verify_hostname: self.tls_verify_hostname,
+        });
         c.keyspace = self.keyspace.clone();
         c.table = self.table.clone();
         c.replication = self.replication.clone();
@@ -242,6 +328,19 @@ impl L3Settings {
                         value_column,
                     },
                 );
-        c
+        Ok(c)
+    }
+
+    fn credentials(&self) -> Result<Option<Credentials>> {
+        let Some(user) = &self.username else {
+            return Ok(None);
+        };
+        let password = super::secret::password(
+            "state.l3",
+            user,
+            self.password_file.as_deref(),
+            L3_PASSWORD_ENV,
+        )?;
+        Ok(Some(Credentials::new(user.clone(), password)))
     }
 }

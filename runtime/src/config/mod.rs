@@ -29,14 +29,18 @@
 //! | `source.idle-timeout` | absent = never idle | 1ms–1d | a split (Kafka partition) without records this long does not hold the watermark back |
 //! | `state.l3.*` | L3 off | see [`l3`] | the Cassandra/ScyllaDB cold tier |
 //! | `source.kafka.*`, `sink.kafka.*` | | see [`kafka`] | Kafka input and output |
+//! | `kafka.*` | plaintext | see [`kafka_security`] | TLS and SASL of every Kafka client |
 //!
 //! Sizes take units (`KB`, `MB`, `GB`, `KiB`, `MiB`, `GiB`); durations take
 //! humantime units (`500ms`, `2s`, `60days`).
 
 pub mod kafka;
+mod kafka_security;
 mod l3;
+mod secret;
 
 pub use kafka::KafkaSettings;
+pub use kafka_security::KafkaSecuritySettings;
 pub use l3::L3Settings;
 
 use crate::error::{Result, RuntimeError};
@@ -159,6 +163,23 @@ fn text(key: &str, v: &toml::Value) -> Result<String> {
         toml::Value::Boolean(b) => Ok(b.to_string()),
         other => Err(bad(key, format!("expected a single value, got {other}"))),
     }
+}
+
+fn flag(key: &str, v: &toml::Value) -> Result<bool> {
+    match text(key, v)?.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(bad(key, format!("'{other}' is not true or false"))),
+    }
+}
+
+/// A file path (not checked here: the file is read when it is needed).
+fn path(key: &str, v: &toml::Value) -> Result<PathBuf> {
+    let p = text(key, v)?;
+    if p.trim().is_empty() {
+        return Err(bad(key, "must be a file path, not empty"));
+    }
+    Ok(PathBuf::from(p.trim()))
 }
 
 fn dir_path(key: &str, v: &toml::Value) -> Result<PathBuf> {
@@ -284,6 +305,7 @@ impl JobConfig {
             ));
         }
         config.l3.validate()?;
+        config.kafka.security.validate()?;
         if config.l2_capacity.is_some() && !config.l3.enabled() {
             return Err(bad(
                 "state.l2.capacity",
@@ -463,7 +485,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.l2_capacity, Some(8_000_000));
-        let client = c.l3.client_config(7);
+        let client = c.l3.client_config(7).unwrap();
         assert_eq!(client.contact_points, ["127.0.0.1:9042", "10.0.0.2:9042"]);
         assert_eq!(client.keyspace, "jobs");
         let m = client.migration.unwrap();

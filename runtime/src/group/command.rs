@@ -74,7 +74,10 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
     if let Some(addr) = args.metrics_addr {
         serve_metrics(addr)?;
     }
-    let partitions = strata_connectors::kafka::partition_count(&endpoint.brokers, topic)?;
+    let security =
+        crate::kafka_contact::reach_blocking(&config.kafka.security, &[&endpoint.brokers])?;
+    let partitions =
+        strata_connectors::kafka::partition_count(&endpoint.brokers, &security, topic)?;
     let queries = match &args.query_addr {
         Some(addr) => Some(QueryService::start_in(
             crate::query::client::parse_addr(addr)?,
@@ -83,6 +86,7 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
             args.job.queryable_states(),
             Some(GroupRoute::new(
                 &endpoint.brokers,
+                &security,
                 &group,
                 topic,
                 partitions,
@@ -94,6 +98,7 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
     let settings = GroupSettings {
         options: GroupOptions {
             brokers: endpoint.brokers.clone(),
+            security: security.clone(),
             topic: topic.clone(),
             group,
             properties: config.kafka.source_properties.clone(),

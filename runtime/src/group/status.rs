@@ -4,18 +4,23 @@
 //! shard checkpoint commits its offset as `strata:chk-<id>`).
 
 use crate::error::{Result, RuntimeError};
-use strata_connectors::kafka::{describe_group, GroupInfo};
+use strata_connectors::kafka::{describe_group, GroupInfo, KafkaSecurity};
 
 /// The status as lines of text: a header, then one line per partition.
 ///
 /// Errors: no `topic` given and no member to learn it from; the brokers
 /// cannot be reached.
-pub(crate) fn lines(brokers: &str, group: &str, topic: Option<&str>) -> Result<Vec<String>> {
+pub(crate) fn lines(
+    brokers: &str,
+    security: &KafkaSecurity,
+    group: &str,
+    topic: Option<&str>,
+) -> Result<Vec<String>> {
     let topic = match topic {
         Some(t) => t.to_owned(),
-        None => subscribed_topic(brokers, group)?,
+        None => subscribed_topic(brokers, security, group)?,
     };
-    let info = describe_group(brokers, group, &topic)?;
+    let info = describe_group(brokers, security, group, &topic)?;
     if info.members.is_empty() && info.partitions.iter().all(|(c, _)| c.offset.is_none()) {
         return Err(RuntimeError::Usage(format!(
             "group {group} has no member and has committed nothing on topic {topic} (state {}): check the group and topic names",
@@ -66,8 +71,8 @@ fn owner_of(info: &GroupInfo, partition: i32) -> String {
 }
 
 /// The topic the group's members read, when they are running.
-fn subscribed_topic(brokers: &str, group: &str) -> Result<String> {
-    strata_connectors::kafka::group_topics(brokers, group)?
+fn subscribed_topic(brokers: &str, security: &KafkaSecurity, group: &str) -> Result<String> {
+    strata_connectors::kafka::group_topics(brokers, security, group)?
         .into_iter()
         .next()
         .ok_or_else(|| {

@@ -438,6 +438,13 @@ where
     async fn run_async(mut self) -> Result<JobReport> {
         let started = Instant::now();
         let parts = self.take_parts()?;
+        if self.shard.is_none() {
+            // A shard's process reached Kafka before joining its group.
+            let brokers = parts.kafka_brokers();
+            if !brokers.is_empty() {
+                crate::kafka_contact::reach(&self.config.kafka.security, &brokers).await?;
+            }
+        }
         let fresh = FreshDirs::note(
             parts
                 .output
@@ -689,6 +696,22 @@ struct Parts<I> {
     checkpoint_dir: PathBuf,
     /// The object store the checkpoints live in (`s3://…`), if any.
     remote: Option<String>,
+}
+
+impl<I> Parts<I> {
+    /// The Kafka clusters the run reads or writes (input, output, dead
+    /// letters), possibly repeated.
+    fn kafka_brokers(&self) -> Vec<&str> {
+        let input = match &self.input {
+            CheckedInput::Kafka(e) => Some(e.brokers.as_str()),
+            CheckedInput::File(..) | CheckedInput::Generator => None,
+        };
+        input
+            .into_iter()
+            .chain(self.output.brokers())
+            .chain(self.dead_letter.brokers())
+            .collect()
+    }
 }
 
 /// The folder of a checkpoint directory where Kafka sinks keep their

@@ -86,7 +86,7 @@ pub(crate) fn connect_cold(
         };
     }
     let lineage = lineage(storage, restored)?;
-    let client = config.l3.client_config(lineage);
+    let client = config.l3.client_config(lineage)?;
     let table = format!("{}.{}", client.keyspace, client.table).to_lowercase();
     let moved_to = restored.and_then(|m| m.l3_table.clone());
     if let Some(recorded) = moved_to.as_ref().filter(|t| **t != table) {

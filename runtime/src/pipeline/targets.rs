@@ -52,6 +52,14 @@ impl Target {
         })
     }
 
+    /// The brokers, if the target is a Kafka topic.
+    pub(crate) fn brokers(&self) -> Option<&str> {
+        match self {
+            Target::Kafka { brokers, .. } => Some(brokers),
+            Target::Dir(_) | Target::Discard => None,
+        }
+    }
+
     /// The output directory, if the output is one.
     pub(crate) fn dir(&self) -> Option<&Path> {
         match self {
@@ -86,6 +94,7 @@ impl Target {
                 };
                 let options = KafkaSinkOptions {
                     brokers: brokers.clone(),
+                    security: config.kafka.security.security()?,
                     topic: topic.clone(),
                     transactional_id: format!("{id_prefix}-{suffix}"),
                     exactly_once: config.kafka.exactly_once,
@@ -149,10 +158,9 @@ pub(crate) fn dead_letter_target(
     job: &str,
     staging: &Path,
 ) -> Result<Target> {
-    let brokers = input.map(|e| e.brokers.clone()).or(match output {
-        Target::Kafka { brokers, .. } => Some(brokers.clone()),
-        Target::Dir(_) | Target::Discard => None,
-    });
+    let brokers = input
+        .map(|e| e.brokers.clone())
+        .or(output.brokers().map(String::from));
     match (&config.kafka.dead_letter_topic, brokers, output) {
         (Some(topic), Some(brokers), _) => Ok(Target::Kafka {
             id_prefix: config
@@ -205,6 +213,7 @@ pub(crate) fn source_options(
     };
     Ok(KafkaSourceOptions {
         brokers: e.brokers.clone(),
+        security: config.kafka.security.security()?,
         topics: e.topics.clone(),
         partitions: None,
         group: e

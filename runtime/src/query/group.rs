@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use strata_connectors::kafka::{describe_group, MemberInfo};
+use strata_connectors::kafka::{describe_group, KafkaSecurity, MemberInfo};
 
 /// How long a read of the group's assignment is reused.
 const ASSIGNMENT_TTL: Duration = Duration::from_secs(1);
@@ -92,6 +92,7 @@ fn murmur2(data: &[u8]) -> u32 {
 /// How a query finds the owner of a key in a consumer group.
 pub(crate) struct GroupRoute {
     pub(crate) brokers: String,
+    security: KafkaSecurity,
     pub(crate) group: String,
     pub(crate) topic: String,
     pub(crate) partitions: usize,
@@ -103,6 +104,7 @@ pub(crate) struct GroupRoute {
 impl GroupRoute {
     pub(crate) fn new(
         brokers: &str,
+        security: &KafkaSecurity,
         group: &str,
         topic: &str,
         partitions: usize,
@@ -110,6 +112,7 @@ impl GroupRoute {
     ) -> Self {
         Self {
             brokers: brokers.to_owned(),
+            security: security.clone(),
             group: group.to_owned(),
             topic: topic.to_owned(),
             partitions,
@@ -164,10 +167,13 @@ impl GroupRoute {
         }
         let (brokers, group, topic) =
             (self.brokers.clone(), self.group.clone(), self.topic.clone());
-        let info = tokio::task::spawn_blocking(move || describe_group(&brokers, &group, &topic))
-            .await
-            .map_err(|e| QueryError::internal(format!("describing the group: {e}")))?
-            .map_err(|e| QueryError::unavailable(format!("cannot describe the group: {e}")))?;
+        let security = self.security.clone();
+        let info = tokio::task::spawn_blocking(move || {
+            describe_group(&brokers, &security, &group, &topic)
+        })
+        .await
+        .map_err(|e| QueryError::internal(format!("describing the group: {e}")))?
+        .map_err(|e| QueryError::unavailable(format!("cannot describe the group: {e}")))?;
         *lock(&self.members) = Some((Instant::now(), info.members.clone()));
         Ok(info.members)
     }

@@ -99,6 +99,11 @@ impl QueryService {
                 "--query-addr {addr} serves other machines: set STRATA_QUERY_TOKEN (the token every request must bring) or bind 127.0.0.1"
             )));
         }
+        crate::metrics::warn_if_exposed(
+            "--query-addr",
+            addr,
+            "the job's state (to requests that bring STRATA_QUERY_TOKEN)",
+        );
         let listener = super::connections::bind(addr).map_err(|e| {
             RuntimeError::Usage(format!("--query-addr: cannot serve queries on {addr}: {e}"))
         })?;
