@@ -10,6 +10,7 @@ use scylla::value::{CqlTimestamp, CqlValue};
 use std::collections::HashMap;
 use std::io::Write;
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
+use strata_tests::secure;
 use strata_tests::*;
 
 const WINDOW_MS: i64 = 60 * 24 * 3600 * 1000;
@@ -97,8 +98,38 @@ fn format_ms(t: i64) -> String {
 
 #[test]
 fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
-    let cql = Cql::connect();
     let ks = unique_keyspace("migration");
+    let connection = [
+        format!("state.l3.contact-points={}", contact_point()),
+        format!("state.l3.keyspace={ks}"),
+    ];
+    round_trip(&Cql::connect(), &ks, &connection);
+}
+
+#[test]
+fn migration_works_the_same_on_a_cluster_with_a_password_and_tls() {
+    let cql = Cql::connect_secure();
+    let ks = unique_keyspace("migration_secure");
+    // The password from a file this time (the other secured tests use
+    // STRATA_L3_PASSWORD).
+    let secret = tempfile::tempdir().unwrap();
+    let password_file = secret.path().join("l3-password");
+    std::fs::write(
+        &password_file,
+        format!("{}\n", secure::cassandra_password()),
+    )
+    .unwrap();
+    let mut connection = secure::l3_settings(&ks);
+    connection.push(format!(
+        "state.l3.password-file={}",
+        password_file.display()
+    ));
+    round_trip(&cql, &ks, &connection);
+}
+
+/// The old job, then strata on its table with the L3 `connection`
+/// settings (`key=value`), then the way back; every result checked.
+fn round_trip(cql: &Cql, ks: &str, connection: &[String]) {
     cql.query(&format!(
         "CREATE KEYSPACE {ks} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
     ));
@@ -112,7 +143,7 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
     let (second, third) = rest.split_at(EVENTS / 3);
     let third_start = EVENTS - third.len();
     assert_eq!(
-        old_job(&cql, &table, first),
+        old_job(cql, &table, first),
         want[..EVENTS / 2],
         "the old job itself"
     );
@@ -125,16 +156,15 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
         writeln!(f, "{line}").unwrap();
     }
     let out = dir.path().join("out");
-    let defines = [
+    let mut defines = vec![
         "checkpoint.interval=1s".to_string(),
         "source.max-records-per-second=2000".into(),
         "state.l1.capacity=64KB".into(),
         "state.l2.capacity=1MB".into(),
-        format!("state.l3.contact-points={}", contact_point()),
-        format!("state.l3.keyspace={ks}"),
         "state.l3.migration.state=events".into(),
         format!("state.l3.migration.table={table}"),
     ];
+    defines.extend(connection.iter().cloned());
     let mut args = vec!["run".to_string(), "user-history".into(), "--input".into()];
     args.push(input.display().to_string());
     args.extend(["--output".into(), out.display().to_string()]);
@@ -224,7 +254,7 @@ fn strata_picks_up_the_old_jobs_table_and_continues_its_results_exactly() {
     std::fs::remove_file(chk.join("_written_back")).unwrap();
     let o = strata(&back);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let after = old_job(&cql, &table, third);
+    let after = old_job(cql, &table, third);
     let diff = after
         .iter()
         .zip(&want[third_start..])

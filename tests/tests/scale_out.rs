@@ -13,6 +13,7 @@ use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
 use strata_tests::kafka::*;
 use strata_tests::query;
 use strata_tests::s3::*;
+use strata_tests::secure;
 use strata_tests::*;
 
 /// One process of the group, its stderr in a file.
@@ -36,6 +37,30 @@ struct Job<'a> {
     extra: Vec<String>,
     /// Members serve queries (`--query-addr` on a free port).
     queries: bool,
+    /// Members reach Kafka over the SASL_SSL listener as the test user
+    /// (`kafka.*` settings, the password in `STRATA_KAFKA_PASSWORD`).
+    sasl: bool,
+}
+
+impl Job<'_> {
+    /// `kafka://…/<topic>` on the listener the members use.
+    fn uri(&self, topic: &str) -> String {
+        if self.sasl {
+            format!("kafka://{}/{topic}", secure::kafka_brokers())
+        } else {
+            uri(topic)
+        }
+    }
+
+    /// The `kafka.*` settings (as `-D` arguments) and environment of the
+    /// members and of `strata jobs status`.
+    fn security(&self, cmd: &mut Command) {
+        if self.sasl {
+            let settings = secure::kafka_settings(secure::KAFKA_USER, "SCRAM-SHA-512");
+            cmd.args(secure::defines(&settings))
+                .env("STRATA_KAFKA_PASSWORD", secure::kafka_password());
+        }
+    }
 }
 
 impl Job<'_> {
@@ -44,10 +69,10 @@ impl Job<'_> {
         let mut cmd = Command::new(strata_bin());
         with_s3_env(&mut cmd)
             .args(["run", "route-history", "--input"])
-            .arg(format!("{}?group={}", uri(&self.input), self.group))
+            .arg(format!("{}?group={}", self.uri(&self.input), self.group))
             .args([
                 "--output",
-                &uri(&self.output),
+                &self.uri(&self.output),
                 "--checkpoint-dir",
                 &self.prefix.url,
             ])
@@ -65,6 +90,7 @@ impl Job<'_> {
             .args(self.extra.iter().flat_map(|d| ["-D", d.as_str()]))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
+        self.security(&mut cmd);
         let query = self
             .queries
             .then(|| format!("127.0.0.1:{}", strata_tests::query::free_port()));
@@ -144,16 +170,16 @@ impl Member {
 
 /// The partition lines of `strata jobs status` for the job's group.
 fn status(job: &Job) -> Vec<String> {
-    let o = strata(&[
-        "jobs",
-        "status",
-        "--brokers",
-        &brokers(),
-        "--group",
-        &job.group,
-        "--topic",
-        &job.input,
-    ]);
+    let mut cmd = Command::new(strata_bin());
+    cmd.args(["jobs", "status", "--brokers"]);
+    cmd.arg(if job.sasl {
+        secure::kafka_brokers()
+    } else {
+        brokers()
+    });
+    cmd.args(["--group", &job.group, "--topic", &job.input]);
+    job.security(&mut cmd);
+    let o = cmd.output().unwrap();
     assert!(o.status.success(), "jobs status: {}", error_line(&o));
     String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -184,6 +210,7 @@ fn job<'a>(tag: &str, prefix: &'a Prefix, dir: &'a Path, rate: u32) -> Job<'a> {
         rate,
         extra: Vec::new(),
         queries: false,
+        sasl: false,
     }
 }
 
@@ -265,6 +292,53 @@ fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
         joiner > 0,
         "the joiner restored no shard from the store:\n{c_log}"
     );
+}
+
+#[test]
+fn a_group_of_two_over_sasl_ssl_gives_the_exact_output() {
+    require_kafka();
+    secure::require(&secure::kafka_brokers(), "scripts/kafka.sh start");
+    require_s3();
+    // 200,000 flights in 4 partitions: two members, two shards each.
+    let head = flights_head(200_000);
+    let (prefix, dir) = (Prefix::unique("sasl"), tempfile::tempdir().unwrap());
+    let mut job = job("sasl", &prefix, dir.path(), 20_000);
+    job.sasl = true;
+    load_flights(&head, &job.input, 4);
+    let a = job.start("a");
+    let b = job.start("b");
+    for m in [&a, &b] {
+        m.wait_for("an assignment", Duration::from_secs(60), |_| {
+            m.assignments() > 0
+        });
+    }
+    let lines = status(&job);
+    assert_eq!(
+        lines.len(),
+        4,
+        "jobs status over SASL_SSL:\n{}",
+        lines.join("\n")
+    );
+    let limit = Duration::from_secs(300);
+    let (a_log, b_log) = (a.finish(limit), b.finish(limit));
+    check_exact(
+        &job.output,
+        &reference_route_history(&head),
+        "a group of two over SASL_SSL",
+    );
+    let shards: u32 = [&a_log, &b_log]
+        .iter()
+        .map(|l| group_summary(l)["shards"].parse::<u32>().unwrap())
+        .sum();
+    assert!(
+        shards >= 4,
+        "every partition ran as a shard:\n{a_log}\n{b_log}"
+    );
+    // Neither the members' logs nor their local checkpoint copies hold the
+    // password.
+    let password = secure::kafka_password();
+    let found = secure::leaks(&[dir.path()], &[], &[&password]);
+    assert!(found.is_empty(), "the password leaked: {found:?}");
 }
 
 /// Every download of a shard's checkpoint fetched that checkpoint's files
