@@ -174,3 +174,74 @@ impl KafkaSecuritySettings {
         Ok(s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load_overrides as load;
+
+    #[test]
+    fn sasl_settings_read_the_password_from_its_file_and_never_print_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cr3t-in-a-file\n").unwrap();
+        let c = load(&[
+            "kafka.security.protocol=SASL_SSL",
+            "kafka.sasl.username=alice",
+            &format!("kafka.sasl.password-file={}", file.display()),
+            "kafka.ssl.ca=/etc/ca.pem",
+        ])
+        .unwrap();
+        let s = c.kafka.security.security().unwrap();
+        assert_eq!(s.protocol.as_deref(), Some("sasl_ssl"));
+        assert_eq!(s.mechanism.as_deref(), Some("SCRAM-SHA-512"), "the default");
+        let shown = format!("{s:?} {:?}", c.kafka);
+        assert!(shown.contains("***"), "{shown}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        std::fs::write(&file, "\n").unwrap();
+        let e = c.kafka.security.security().unwrap_err().to_string();
+        assert!(
+            e.contains("kafka.sasl.password-file") && e.contains("no password"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn passwords_and_per_client_security_properties_are_refused_naming_the_way() {
+        for (args, says) in [
+            (&["kafka.sasl.password=x"][..], "STRATA_KAFKA_PASSWORD"),
+            (
+                &["source.kafka.sasl.password=x"][..],
+                "STRATA_KAFKA_PASSWORD",
+            ),
+            (
+                &["sink.kafka.security.protocol=ssl"][..],
+                "kafka.security.protocol",
+            ),
+            (&["source.kafka.ssl.ca.location=/x"][..], "kafka.ssl.ca"),
+            (&["kafka.security.protocol=tls"][..], "sasl_ssl"),
+            (
+                &[
+                    "kafka.security.protocol=sasl_ssl",
+                    "kafka.sasl.mechanism=GSSAPI",
+                    "kafka.sasl.username=u",
+                ][..],
+                "SCRAM-SHA-256",
+            ),
+            (
+                &["kafka.ssl.ca=/x"][..],
+                "set kafka.security.protocol=ssl or sasl_ssl",
+            ),
+            (&["kafka.security.protocol=sasl_ssl"][..], "needs a user"),
+            (&["kafka.sasl.username=u"][..], "has no SASL"),
+            (
+                &["kafka.security.protocol=ssl", "kafka.ssl.certificate=/c"][..],
+                "needs its key",
+            ),
+            (&["kafka.connect-timeout=0s"][..], "kafka.connect-timeout"),
+        ] {
+            let e = load(args).unwrap_err().to_string();
+            assert!(e.contains(says), "{args:?}: {e}");
+            assert!(!e.contains("=x"), "{args:?} echoes the value: {e}");
+        }
+    }
+}

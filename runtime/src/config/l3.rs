@@ -344,3 +344,53 @@ impl L3Settings {
         Ok(Some(Credentials::new(user.clone(), password)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load_overrides as load;
+
+    #[test]
+    fn l3_login_and_tls_keys_check_each_other_and_hide_the_password() {
+        let point = "state.l3.contact-points=127.0.0.1:9142";
+        for (args, says) in [
+            (&[point, "state.l3.password=x"][..], "STRATA_L3_PASSWORD"),
+            (
+                &[point, "state.l3.tls.ca=/ca.pem"][..],
+                "set state.l3.tls=true",
+            ),
+            (
+                &[point, "state.l3.tls=true", "state.l3.tls.key=/k"][..],
+                "needs its key",
+            ),
+            (
+                &[point, "state.l3.password-file=/p"][..],
+                "set state.l3.username",
+            ),
+            (&[point, "state.l3.tls=yes"][..], "state.l3.tls"),
+        ] {
+            let e = load(args).unwrap_err().to_string();
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "l3-s3cr3t\r\nignored").unwrap();
+        let c = load(&[
+            point,
+            "state.l3.username=strata",
+            &format!("state.l3.password-file={}", file.display()),
+            "state.l3.tls.enabled=true",
+            "state.l3.tls.ca=/ca.pem",
+            "state.l3.tls.verify-hostname=false",
+        ])
+        .unwrap();
+        let client = c.l3.client_config(1).unwrap();
+        let tls = client.tls.as_ref().unwrap();
+        assert!(!tls.verify_hostname);
+        assert_eq!(client.credentials.as_ref().unwrap().username, "strata");
+        let shown = format!("{client:?} {:?}", c.l3);
+        assert!(
+            shown.contains("***") && !shown.contains("s3cr3t"),
+            "{shown}"
+        );
+    }
+}

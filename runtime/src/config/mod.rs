@@ -440,15 +440,21 @@ fn flatten(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) 
     }
 }
 
+/// A configuration from `-D` overrides alone (for the config tests).
+#[cfg(test)]
+fn load_overrides(overrides: &[&str]) -> Result<JobConfig> {
+    JobConfig::load(
+        None,
+        &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn load(overrides: &[&str]) -> Result<JobConfig> {
-        JobConfig::load(
-            None,
-            &overrides.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-        )
+        load_overrides(overrides)
     }
 
     #[test]
