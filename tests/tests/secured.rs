@@ -16,6 +16,23 @@ use strata_tests::kafka::{read_route_history, unique_topic};
 use strata_tests::secure::*;
 use strata_tests::*;
 
+/// The metrics `addr` serves, scraped once the run serves them.
+fn scrape_while_running(addr: &str) -> String {
+    let started = Instant::now();
+    loop {
+        if let Ok(body) = scrape(addr) {
+            if body.contains("strata_records_in_total") {
+                return body;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no metrics on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A `strata` command with the test passwords in its environment (as a
 /// user would give them) and nothing else secret on its command line.
 fn strata_cmd(args: &[String]) -> Command {
@@ -248,6 +265,11 @@ fn kafka_to_kafka_over_sasl_ssl_is_exactly_once_and_exact_also_after_a_sigkill()
     let head = flights_head(200_000);
     let (input, output) = (unique_topic("sasl-in"), unique_topic("sasl-out"));
     load_secure(&head, &input, 4);
+    // And one bad message, whose dead letter's headers must not leak.
+    let raw = strata_tests::kafka::RawProducer::new();
+    raw.send(&input, Some(b"no-route"), Some(b"{not json"));
+    raw.flush();
+    let dead_letters = unique_topic("sasl-dl");
     let dir = tempfile::tempdir().unwrap();
     let chk = dir.path().join("chk");
     let uri = |t: &str| format!("kafka://{}/{t}", kafka_brokers());
@@ -256,6 +278,8 @@ fn kafka_to_kafka_over_sasl_ssl_is_exactly_once_and_exact_also_after_a_sigkill()
         "source.kafka.bounded=true",
         "checkpoint.interval=1s",
         "source.max-records-per-second=40000",
+        "bad-input.policy=dead-letter",
+        &format!("bad-input.dead-letter-topic={dead_letters}"),
     ]));
     let args = route_args(&uri(&input), &uri(&output), &chk, &d);
     let mut child = strata_cmd(&args)
@@ -267,10 +291,25 @@ fn kafka_to_kafka_over_sasl_ssl_is_exactly_once_and_exact_also_after_a_sigkill()
     child.kill().unwrap();
     let killed = child.wait_with_output().unwrap();
     let mut restore = args.clone();
+    let metrics = format!("127.0.0.1:{}", strata_tests::query::free_port());
     restore.extend(["--restore".into(), "latest".into()]);
-    let o = output_of(&mut strata_cmd(&restore));
+    restore.extend(["--metrics-addr".into(), metrics.clone()]);
+    let running = strata_cmd(&restore)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let scraped = scrape_while_running(&metrics);
+    let o = running.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert_ne!(summary(&o.stderr)["restored_from"], "none");
+    let letters = strata_tests::kafka::read_records(&dead_letters, true);
+    assert_eq!(
+        letters.len(),
+        1,
+        "the bad message's dead letter: {letters:?}"
+    );
+    let letters = serde_json::to_string(&letters).unwrap();
     // Read back over the plaintext listener of the same broker.
     let got = read_route_history(&output);
     if let Some(diff) = first_difference(&got, &reference_route_history(&head)) {
@@ -303,6 +342,8 @@ fn kafka_to_kafka_over_sasl_ssl_is_exactly_once_and_exact_also_after_a_sigkill()
             ("killed run", &killed_err),
             ("restored run", &text(&o)),
             ("topic read stderr", &String::from_utf8_lossy(&read.stderr)),
+            ("metrics", &scraped),
+            ("dead letters with their headers", &letters),
         ],
     );
 }
