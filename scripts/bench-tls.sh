@@ -2,7 +2,8 @@
 # What TLS and a login cost (issue 27), measured back to back on this
 # machine with the same job, input and settings:
 #   L3:    route-history on the first $L3_FLIGHTS flights with 1 MB of L1
-#          and L2 (so nearly every record reads its route from Cassandra),
+#          and L2 and a checkpoint a second (so cold routes move to
+#          Cassandra early and most records read theirs back from it),
 #          against the plain node (127.0.0.1:9042) and the node that
 #          requires a password over TLS (scripts/cassandra.sh start --secure,
 #          127.0.0.1:9142); each on a fresh keyspace.
@@ -61,7 +62,7 @@ for round in $(seq "$rounds"); do
     run="l3-$mode-$round"
     # shellcheck disable=SC2046
     "$bin/strata" run route-history --input "$slice" --output "$work/$run" \
-      -D state.l1.capacity=1MB -D state.l2.capacity=1MB \
+      -D state.l1.capacity=1MB -D state.l2.capacity=1MB -D checkpoint.interval=1s \
       -D "state.l3.keyspace=bench_tls_${tag}_${mode}_$round" \
       $(l3_settings "$mode") 2>"$work/$run.log" || { tail -3 "$work/$run.log"; exit 1; }
     s=$(summary "$work/$run.log")

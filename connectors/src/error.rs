@@ -74,7 +74,7 @@ impl ConnectorError {
         let what = what.into();
         move |e| ConnectorError::Kafka {
             what,
-            reason: e.to_string(),
+            reason: kafka_reason(&e),
         }
     }
 
@@ -101,3 +101,14 @@ pub struct RecordError {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = ConnectorError> = std::result::Result<T, E>;
+
+/// librdkafka's reason, without the value of a refused configuration
+/// property (which may be a secret given under the wrong name).
+pub(crate) fn kafka_reason(e: &rdkafka::error::KafkaError) -> String {
+    match e {
+        rdkafka::error::KafkaError::ClientConfig(_, description, key, _) => {
+            format!("client configuration: {key}: {description}")
+        }
+        other => other.to_string(),
+    }
+}

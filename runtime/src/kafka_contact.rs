@@ -36,15 +36,23 @@ pub(crate) async fn reach(
 
 async fn reach_one(security: &KafkaSecurity, brokers: &str, timeout: Duration) -> Result<()> {
     let (s, b) = (security.clone(), brokers.to_owned());
-    let mut probe = tokio::task::spawn_blocking(move || s.check(&b, timeout));
-    let signal = crate::pipeline::shutdown_signal();
+    // A thread of its own, not `spawn_blocking`: on a signal the process
+    // must not wait for the probe (a runtime waits for its blocking tasks).
+    let (tx, mut probe) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("kafka-contact".into())
+        .spawn(move || {
+            let _ = tx.send(s.check(&b, timeout));
+        })
+        .map_err(|e| RuntimeError::Function(format!("start the Kafka probe: {e}")))?;
+    let signal = crate::signals::shutdown_signal();
     tokio::pin!(signal);
     let mut waited = Duration::ZERO;
     loop {
         tokio::select! {
             done = &mut probe => {
                 return done
-                    .map_err(|e| RuntimeError::Function(format!("Kafka probe: {e}")))?
+                    .map_err(|_| RuntimeError::Function("the Kafka probe ended without an answer".into()))?
                     .map_err(Into::into);
             }
             signal = &mut signal => {

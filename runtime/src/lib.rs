@@ -30,6 +30,7 @@ mod metrics;
 mod pipeline;
 pub mod progress;
 pub mod query;
+mod signals;
 mod sync;
 mod task;
 mod topic;

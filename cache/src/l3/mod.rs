@@ -371,9 +371,11 @@ async fn connect(config: &L3Config) -> Result<Session> {
     tokio::time::timeout(config.connect_timeout, builder.build())
         .await
         .map_err(|_| {
-            let hint = security::diagnose("timed out", tls)
-                .map(|h| format!(" ({h})"))
-                .unwrap_or_default();
+            let hint = if tls {
+                ""
+            } else {
+                " (if the node requires TLS, set state.l3.tls=true)"
+            };
             StateError::L3(format!(
                 "no Cassandra/ScyllaDB node at {nodes} answered within {:?}{hint} \
                  (is it running? scripts/cassandra.sh start)",

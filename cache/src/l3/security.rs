@@ -200,48 +200,62 @@ impl ServerCertVerifier for AnyName {
     }
 }
 
+/// Causes a driver error can show: the words that give it away, whether
+/// it applies only with TLS on (`Some(true)`) or off (`Some(false)`), and
+/// the phrase for the job's error line. The first that matches wins.
+const CAUSES: &[(&[&str], Option<bool>, &str)] = &[
+    (
+        &["authentication is required", "requires authentication"],
+        None,
+        "the node requires a login: set state.l3.username (its password in STRATA_L3_PASSWORD or state.l3.password-file)",
+    ),
+    (
+        &["authentication", "bad credentials", "username and/or password"],
+        None,
+        "the login was refused: wrong username or password (state.l3.username, STRATA_L3_PASSWORD or state.l3.password-file)",
+    ),
+    (
+        &["unknownissuer", "unknown issuer", "badsignature"],
+        None,
+        "the node's certificate is not signed by a CA strata trusts: state.l3.tls.ca, else the system's trust store (untrusted certificate)",
+    ),
+    (
+        &["notvalidforname", "not valid for name"],
+        None,
+        "the node's certificate does not name the address strata connects to (set state.l3.tls.verify-hostname=false to skip the name check)",
+    ),
+    (
+        &["expired", "notvalidyet"],
+        None,
+        "the node's certificate is expired or not yet valid",
+    ),
+    (
+        &["connection refused"],
+        None,
+        "nothing listens there: is the node running, and is this its native (CQL) port?",
+    ),
+    (
+        &["corrupt message", "invalidcontenttype", "invalid content type", "wrong version"],
+        Some(true),
+        "the node does not speak TLS on this port: is state.l3.tls=true right for it?",
+    ),
+    (
+        &["broken", "reset", "closed", "eof", "timed out", "timeout"],
+        Some(false),
+        "the node closed the connection during the handshake: does it require TLS (state.l3.tls=true)?",
+    ),
+];
+
 /// What a failed connection most likely means, as one phrase for the job's
-/// error line: a refused login, an untrusted or misnamed certificate, or
-/// TLS on one side only. `None` when the driver's text says none of these.
+/// error line: a login missing or refused, an untrusted or misnamed
+/// certificate, no node, or TLS on one side only. `None` when the driver's
+/// text says none of these.
 pub(super) fn diagnose(driver_error: &str, tls: bool) -> Option<&'static str> {
     let e = driver_error.to_ascii_lowercase();
-    let has = |needles: &[&str]| needles.iter().any(|n| e.contains(n));
-    Some(
-        if has(&[
-            "authentication",
-            "bad credentials",
-            "username and/or password",
-        ]) {
-            "the login was refused: wrong username or password (state.l3.username, STRATA_L3_PASSWORD or state.l3.password-file)"
-        } else if has(&["unknownissuer", "unknown issuer", "badsignature"]) {
-            "the node's certificate is not signed by the CA in state.l3.tls.ca (untrusted certificate)"
-        } else if has(&["notvalidforname", "not valid for name"]) {
-            "the node's certificate does not name the address strata connects to (set state.l3.tls.verify-hostname=false to skip the name check)"
-        } else if has(&["expired", "notvalidyet"]) {
-            "the node's certificate is expired or not yet valid"
-        } else if tls
-            && has(&[
-                "corrupt message",
-                "invalidcontenttype",
-                "invalid content type",
-                "wrong version",
-            ])
-        {
-            "the node does not speak TLS on this port: is state.l3.tls=true right for it?"
-        } else if !tls
-            && has(&[
-                "broken",
-                "reset",
-                "closed",
-                "unexpected eof",
-                "eof",
-                "timed out",
-                "timeout",
-            ])
-        {
-            "the node closed the connection during the handshake: does it require TLS (state.l3.tls=true)?"
-        } else {
-            return None;
-        },
-    )
+    CAUSES
+        .iter()
+        .find(|(words, only, _)| {
+            only.is_none_or(|on| on == tls) && words.iter().any(|w| e.contains(w))
+        })
+        .map(|(_, _, phrase)| *phrase)
 }

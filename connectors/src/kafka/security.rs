@@ -101,9 +101,13 @@ impl KafkaSecurity {
         c.set("bootstrap.servers", brokers);
         c.set("log_level", "4");
         self.apply(&mut c);
-        let consumer: BaseConsumer<Recorder> = c
-            .create_with_context(Recorder::default())
-            .map_err(|e| ConnectorError::KafkaUsage(format!("Kafka settings: {e}")))?;
+        let consumer: BaseConsumer<Recorder> =
+            c.create_with_context(Recorder::default()).map_err(|e| {
+                ConnectorError::KafkaUsage(format!(
+                    "Kafka settings: {}",
+                    crate::error::kafka_reason(&e)
+                ))
+            })?;
         // Short attempts, so that a refused login or certificate (which
         // librdkafka would retry until the timeout) ends the wait at once.
         let deadline = std::time::Instant::now() + timeout;
@@ -118,10 +122,15 @@ impl KafkaSecurity {
                 Err(_) => {}
             }
         };
-        let reported = consumer.context().last();
-        let reason = reported.unwrap_or_else(|| e.to_string());
+        let refused = consumer.context().definitive();
+        let reason = consumer.context().last().unwrap_or_else(|| e.to_string());
+        let what = if refused {
+            format!("Kafka at {brokers} refused the connection")
+        } else {
+            format!("cannot reach Kafka at {brokers} within {timeout:?}")
+        };
         Err(ConnectorError::KafkaUsage(format!(
-            "cannot reach Kafka at {brokers} within {timeout:?}: {}{}",
+            "{what}: {}{}",
             one_line(&reason),
             hint(&reason, self)
         )))
@@ -151,7 +160,7 @@ fn hint(reason: &str, s: &KafkaSecurity) -> &'static str {
     let r = reason.to_ascii_lowercase();
     let has = |needles: &[&str]| needles.iter().any(|n| r.contains(n));
     if has(&["certificate verify failed", "unable to get local issuer"]) {
-        " (the broker's certificate is not signed by kafka.ssl.ca, or does not name the broker's host)"
+        " (the broker's certificate is not signed by a CA strata trusts: kafka.ssl.ca, else the system's trust store; or it does not name the broker's host)"
     } else if has(&[
         "ssl handshake",
         "wrong version",
@@ -167,6 +176,8 @@ fn hint(reason: &str, s: &KafkaSecurity) -> &'static str {
         " (the listener takes no SASL, or not this mechanism: check kafka.security.protocol and kafka.sasl.mechanism)"
     } else if has(&["authentication", "invalid credentials"]) {
         " (the login was refused: check kafka.sasl.username, kafka.sasl.mechanism and STRATA_KAFKA_PASSWORD or kafka.sasl.password-file)"
+    } else if has(&["connection refused"]) {
+        " (nothing listens there: is the broker up, and is this its port?)"
     } else if has(&[
         "security.protocol",
         "disconnected",
@@ -196,9 +207,27 @@ impl Recorder {
         error.or_else(|| lock(&self.warning).clone())
     }
 
+    /// Whether a failure no retry fixes was reported: by its error code,
+    /// or by librdkafka's words where it logs one without a code.
     fn definitive(&self) -> bool {
-        lock(&self.error).as_ref().is_some_and(|(_, d)| *d)
+        let coded = lock(&self.error).as_ref().is_some_and(|(_, d)| *d);
+        coded || self.last().is_some_and(|text| refusal(&text))
     }
+}
+
+/// librdkafka's words for a refusal: a login, a certificate, or TLS or
+/// SASL that the listener does not speak.
+fn refusal(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "authentication failed",
+        "certificate verify failed",
+        "plaintext broker listener",
+        "mechanism handshake failed",
+        "ssl handshake failed",
+    ]
+    .iter()
+    .any(|n| t.contains(n))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

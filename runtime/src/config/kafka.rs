@@ -138,11 +138,12 @@ impl KafkaSettings {
                 } else {
                     return Ok(false);
                 };
+                let lower = property.to_ascii_lowercase();
                 if ["security.", "sasl.", "ssl."]
                     .iter()
-                    .any(|p| property.starts_with(p))
+                    .any(|p| lower.starts_with(p))
                 {
-                    return Err(bad(key, format!("TLS and SASL settings apply to every Kafka client strata opens: set kafka.{} instead (see \"Connecting to secured clusters\" in docs/operations.md)", property_hint(property))));
+                    return Err(bad(key, format!("TLS and SASL settings apply to every Kafka client strata opens: set kafka.{} instead (see \"Connecting to secured clusters\" in docs/operations.md)", property_hint(&lower))));
                 }
                 for reserved in [
                     "bootstrap.servers",

@@ -14,6 +14,7 @@
 //! | `kafka.ssl.verify-hostname` | `true` | `true`, `false` | a broker's certificate must name its host (`ssl.endpoint.identification.algorithm`) |
 //! | `kafka.connect-timeout` | `30s` | 1s–10min | how long the first contact with the brokers may take before the job fails, naming why |
 
+use super::secret::user;
 use super::{bad, duration, flag, path, text};
 use crate::error::Result;
 use std::path::PathBuf;
@@ -88,7 +89,7 @@ impl KafkaSecuritySettings {
         match key {
             "kafka.security.protocol" => self.protocol = Some(choice(key, v, PROTOCOLS, false)?),
             "kafka.sasl.mechanism" => self.mechanism = Some(choice(key, v, MECHANISMS, true)?),
-            "kafka.sasl.username" => self.username = Some(text(key, v)?.trim().to_owned()),
+            "kafka.sasl.username" => self.username = Some(user(key, v)?),
             "kafka.sasl.password-file" => self.password_file = Some(path(key, v)?),
             "kafka.ssl.ca" => self.ca = Some(path(key, v)?),
             "kafka.ssl.certificate" => self.certificate = Some(path(key, v)?),
@@ -153,8 +154,19 @@ impl KafkaSecuritySettings {
     /// The settings every Kafka client of the job uses, the password read
     /// now (`kafka.sasl.password-file`, else `STRATA_KAFKA_PASSWORD`).
     ///
-    /// Errors: a SASL user without a password, an unreadable password file.
+    /// Errors: a SASL user without a password, an unreadable password,
+    /// CA, certificate or key file (naming its key).
     pub fn security(&self) -> Result<KafkaSecurity> {
+        for (key, file) in [
+            ("kafka.ssl.ca", &self.ca),
+            ("kafka.ssl.certificate", &self.certificate),
+            ("kafka.ssl.key", &self.key),
+        ] {
+            if let Some(f) = file {
+                std::fs::File::open(f)
+                    .map_err(|e| bad(key, format!("cannot read {}: {e}", f.display())))?;
+            }
+        }
         let mut s = KafkaSecurity::default();
         s.protocol = self.protocol.clone();
         s.mechanism = self.mechanism.clone();
@@ -188,7 +200,7 @@ mod tests {
             "kafka.security.protocol=SASL_SSL",
             "kafka.sasl.username=alice",
             &format!("kafka.sasl.password-file={}", file.display()),
-            "kafka.ssl.ca=/etc/ca.pem",
+            &format!("kafka.ssl.ca={}", file.display()),
         ])
         .unwrap();
         let s = c.kafka.security.security().unwrap();
@@ -197,6 +209,11 @@ mod tests {
         let shown = format!("{s:?} {:?}", c.kafka);
         assert!(shown.contains("***"), "{shown}");
         assert!(!shown.contains("s3cr3t"), "{shown}");
+        // Not a file to read whole: an endless device is refused at once.
+        let mut endless = c.kafka.security.clone();
+        endless.password_file = Some("/dev/zero".into());
+        let e = endless.security().unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
         std::fs::write(&file, "\n").unwrap();
         let e = c.kafka.security.security().unwrap_err().to_string();
         assert!(
@@ -213,6 +230,11 @@ mod tests {
                 &["source.kafka.sasl.password=x"][..],
                 "STRATA_KAFKA_PASSWORD",
             ),
+            (
+                &["source.kafka.SASL.Password=x"][..],
+                "STRATA_KAFKA_PASSWORD",
+            ),
+            (&["kafka.sasl.username= "][..], "an empty username"),
             (
                 &["sink.kafka.security.protocol=ssl"][..],
                 "kafka.security.protocol",

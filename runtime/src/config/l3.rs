@@ -192,7 +192,7 @@ impl L3Settings {
     /// The login and TLS keys. A password is never a configuration value.
     fn set_security(&mut self, key: &str, v: &toml::Value) -> Result<()> {
         match key {
-            "state.l3.username" => self.username = Some(text(key, v)?.trim().to_owned()),
+            "state.l3.username" => self.username = Some(super::secret::user(key, v)?),
             "state.l3.password-file" => self.password_file = Some(path(key, v)?),
             "state.l3.tls" | "state.l3.tls.enabled" => self.tls = flag(key, v)?,
             "state.l3.tls.ca" => self.tls_ca = Some(path(key, v)?),

@@ -1,7 +1,7 @@
 //! Passwords: read from a file or the environment when a connection needs
 //! them, never from the configuration, and never printed.
 
-use super::bad;
+use super::{bad, text};
 use crate::error::Result;
 use std::path::Path;
 
@@ -19,18 +19,47 @@ pub(super) fn password(prefix: &str, user: &str, file: Option<&Path>, env: &str)
     if let Some(file) = file {
         return read_password_file(&format!("{prefix}.password-file"), file);
     }
-    std::env::var(env).map_err(|_| {
-        bad(
-            &format!("{prefix}.username"),
-            format!("user '{user}' has no password: set {env} or {prefix}.password-file"),
-        )
-    })
+    std::env::var(env)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| {
+            bad(
+                &format!("{prefix}.username"),
+                format!("user '{user}' has no password: set {env} or {prefix}.password-file"),
+            )
+        })
+}
+
+/// Warns when other users may read the password file (any group or other
+/// permission bit).
+fn warn_if_shared(file: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(file) {
+        if m.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "strata: warning: password file {} can be read by other users (chmod 600 it)",
+                file.display()
+            );
+        }
+    }
 }
 
 fn read_password_file(setting: &str, file: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| bad(setting, format!("cannot read {}: {e}", file.display())))?;
-    let line = text.lines().next().unwrap_or("").trim_end_matches('\r');
+    use std::io::{BufRead, Read};
+    let cannot = |e: String| bad(setting, format!("cannot read {}: {e}", file.display()));
+    let meta = std::fs::metadata(file).map_err(|e| cannot(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(cannot("not a regular file".into()));
+    }
+    warn_if_shared(file);
+    let f = std::fs::File::open(file).map_err(|e| cannot(e.to_string()))?;
+    // The first line only, and at most 64 KiB of it.
+    let mut first = Vec::new();
+    std::io::BufReader::new(f.take(64 << 10))
+        .read_until(b'\n', &mut first)
+        .map_err(|e| cannot(e.to_string()))?;
+    let text = String::from_utf8(first).map_err(|_| cannot("not UTF-8 text".into()))?;
+    let line = text.trim_end_matches(['\n', '\r']);
     if line.is_empty() {
         return Err(bad(
             setting,
@@ -38,4 +67,13 @@ fn read_password_file(setting: &str, file: &Path) -> Result<String> {
         ));
     }
     Ok(line.to_owned())
+}
+
+/// A username: not empty.
+pub(super) fn user(key: &str, v: &toml::Value) -> Result<String> {
+    let u = text(key, v)?.trim().to_owned();
+    if u.is_empty() {
+        return Err(bad(key, "an empty username"));
+    }
+    Ok(u)
 }

@@ -658,7 +658,7 @@ fn signal_flag() -> Result<SignalFlag> {
         .name("signals".into())
         .spawn(move || {
             runtime.block_on(async move {
-                let signal = crate::pipeline::shutdown_signal();
+                let signal = crate::signals::shutdown_signal();
                 armed.store(true, Ordering::Release);
                 *lock(&set) = Some(signal.await);
             })

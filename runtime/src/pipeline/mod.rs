@@ -36,6 +36,7 @@ use crate::fresh_dirs::FreshDirs;
 use crate::function::KeyedProcessFunction;
 use crate::group::Shard;
 use crate::local_dir::LocalDir;
+use crate::signals::shutdown_signal;
 use crate::task::input::{GeneratorInput, Input, InputKind, KafkaDecoding, KafkaInput};
 use serde::Serialize;
 use std::ffi::OsString;
@@ -48,7 +49,6 @@ use strata_connectors::kafka::{KafkaEndpoint, KafkaSource};
 use strata_connectors::{FileSource, Format, Position, RecordError, Row, Schema, SourceOptions};
 use targets::Target;
 use tokio::sync::{mpsc, watch};
-pub(crate) use wiring::shutdown_signal;
 use wiring::{join_all, SourceParts, Wiring};
 
 pub(crate) type ParseFn<I> =

@@ -296,25 +296,6 @@ fn open_store(
     Ok(builder.open()?)
 }
 
-/// Listens for SIGINT and SIGTERM from the call on (inside a tokio
-/// runtime); the future resolves with the first, naming it.
-pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = &'static str> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let signals = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    );
-    async move {
-        let (Ok(mut int), Ok(mut term)) = signals else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = int.recv() => "SIGINT",
-            _ = term.recv() => "SIGTERM",
-        }
-    }
-}
-
 /// Waits for every task; the first real failure (not a disconnection it
 /// caused) aborts the rest and is returned.
 pub(super) async fn join_all(tasks: &mut tokio::task::JoinSet<Result<()>>) -> Result<()> {
