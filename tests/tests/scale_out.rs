@@ -37,6 +37,8 @@ struct Job<'a> {
     extra: Vec<String>,
     /// Members serve queries (`--query-addr` on a free port).
     queries: bool,
+    /// A shared local checkpoint directory instead of the S3 prefix.
+    shared_dir: Option<PathBuf>,
     /// Members reach Kafka over the SASL_SSL listener as the test user
     /// (`kafka.*` settings, the password in `STRATA_KAFKA_PASSWORD`).
     sasl: bool,
@@ -74,7 +76,10 @@ impl Job<'_> {
                 "--output",
                 &self.uri(&self.output),
                 "--checkpoint-dir",
-                &self.prefix.url,
+                &self
+                    .shared_dir
+                    .as_ref()
+                    .map_or(self.prefix.url.clone(), |d| d.display().to_string()),
             ])
             .arg("-D")
             .arg(format!(
@@ -210,6 +215,7 @@ fn job<'a>(tag: &str, prefix: &'a Prefix, dir: &'a Path, rate: u32) -> Job<'a> {
         rate,
         extra: Vec::new(),
         queries: false,
+        shared_dir: None,
         sasl: false,
     }
 }
@@ -292,6 +298,47 @@ fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
         joiner > 0,
         "the joiner restored no shard from the store:\n{c_log}"
     );
+}
+
+#[test]
+fn a_group_on_a_shared_local_directory_survives_a_join_and_a_sigkill() {
+    require_kafka();
+    // 300,000 flights in 4 partitions, 4,000 records/s per shard: a shard
+    // runs ~20 s, long enough for a join and a SIGKILL mid-run.
+    let head = flights_head(300_000);
+    let (prefix, dir) = (Prefix::unique("unused"), tempfile::tempdir().unwrap());
+    let mut job = job("local", &prefix, dir.path(), 4_000);
+    // Not created beforehand: the shards' directories appear with their
+    // first checkpoints.
+    job.shared_dir = Some(dir.path().join("shared"));
+    load_flights(&head, &job.input, 4);
+    let a = job.start("a");
+    let b = job.start("b");
+    for m in [&a, &b] {
+        m.wait_for("an assignment", Duration::from_secs(60), |_| {
+            m.assignments() > 0
+        });
+    }
+    let c = job.start("c");
+    c.wait_for("the joiner's assignment", Duration::from_secs(60), |_| {
+        c.assignments() > 0
+    });
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let limit = Duration::from_secs(300);
+    let (a_log, c_log) = (a.finish(limit), c.finish(limit));
+    check_exact(
+        &job.output,
+        &reference_route_history(&head),
+        "a group on a shared local directory, a join and a SIGKILL",
+    );
+    for line in status(&job) {
+        assert!(
+            line.contains("(ended)"),
+            "not ended: {line}\n{a_log}\n{c_log}"
+        );
+    }
 }
 
 #[test]

@@ -358,7 +358,10 @@ where
         if let Some(local) = &self.config.local_dir {
             check_directory(local, "local state directory (state.local-dir)")?;
         }
-        if let (Some(from), false, None) = (self.restore, checkpoint_dir.exists(), &remote) {
+        // A shard of a group restores "the latest, if any": its directory
+        // appears with its first checkpoint.
+        let must_exist = self.restore.filter(|r| *r != RestoreFrom::LatestIfAny);
+        if let (Some(from), false, None) = (must_exist, checkpoint_dir.exists(), &remote) {
             return Err(RuntimeError::Usage(format!(
                 "cannot restore {}: checkpoint directory {} does not exist (check the path; without --restore a run starts fresh)",
                 from.describe(),
