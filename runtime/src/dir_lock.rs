@@ -5,7 +5,9 @@
 //! and writes who holds it (process id, role, start time) into that file;
 //! a second job asking for the directory is refused with the holder named.
 //! The lock ends with the process, even on SIGKILL, so a crash never leaves
-//! a directory locked.
+//! a directory locked. A holder may remove `_lock` before it lets go (the
+//! live state directory does, at a normal end): a locker checks that the
+//! file it locked is still the one at the path, else it tries again.
 
 use crate::error::{Result, RuntimeError};
 use std::fs;
@@ -24,20 +26,28 @@ pub(crate) struct DirLock {
 /// Errors: [`RuntimeError::Usage`] naming the holder when another job (or
 /// this one, in another role) holds the directory; I/O errors naming the path.
 pub(crate) fn lock_dir(dir: &Path, role: &str) -> Result<DirLock> {
-    fs::create_dir_all(dir).map_err(RuntimeError::io(dir))?;
     let path = dir.join("_lock");
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(RuntimeError::io(&path))?;
-    if file.try_lock().is_err() {
-        let mut holder = String::new();
-        let _ = file.read_to_string(&mut holder);
-        return Err(refusal(dir, role, holder.trim()));
-    }
+    let mut file = loop {
+        fs::create_dir_all(dir).map_err(RuntimeError::io(dir))?;
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(RuntimeError::io(&path))?;
+        if file.try_lock().is_err() {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(refusal(dir, role, holder.trim()));
+        }
+        // A holder that finished removes the file while it still holds it:
+        // a lock on a file no longer at the path locks nothing, so open
+        // the path again.
+        if still_at(&file, &path) {
+            break file;
+        }
+    };
     let me = format!(
         "pid {} ({}) since {}",
         std::process::id(),
@@ -50,6 +60,15 @@ pub(crate) fn lock_dir(dir: &Path, role: &str) -> Result<DirLock> {
         .map_err(RuntimeError::io(&path))?;
     check_ancestors(dir, role)?;
     Ok(DirLock { _file: file })
+}
+
+/// Whether `file` is still the file at `path` (same device and inode).
+fn still_at(file: &fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(held), Ok(now)) => held.dev() == now.dev() && held.ino() == now.ino(),
+        _ => false,
+    }
 }
 
 /// Refuses a directory inside one another strata process holds (its own

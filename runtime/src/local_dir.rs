@@ -8,7 +8,7 @@
 //! output directory or inside the checkpoint directory (other than the
 //! checkpoint directory's own `_work`, wherever that lies), or holds entries strata does not write there (`op-<i>`,
 //! `op-<i>-checkpoints`, `_lock`). [`LocalDir::clear`] removes only those
-//! entries (and the default `_work` itself).
+//! entries, `_lock` included (and the default `_work` itself).
 
 use crate::dir_lock::{lock_dir, DirLock};
 use crate::error::{Result, RuntimeError};
@@ -109,7 +109,10 @@ impl LocalDir {
                 std::fs::remove_dir_all(entry.path()).map_err(RuntimeError::io(&entry.path()))?;
             }
         }
-        Ok(())
+        // Last, while still held (`lock_dir` checks that the file it locked
+        // is still the one at the path, so removing it is safe).
+        let lock = self.path.join("_lock");
+        std::fs::remove_file(&lock).map_err(RuntimeError::io(&lock))
     }
 }
 

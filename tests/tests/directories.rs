@@ -151,6 +151,13 @@ fn a_second_job_on_the_same_local_state_directory_is_refused_naming_the_holder()
         String::from_utf8_lossy(&first.stderr)
     );
     assert_eq!(read_output(&dir.path().join("out-a")).len(), 3_000_000);
+    // A run that ended normally leaves nothing behind, `_lock` included.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("local"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in state.local-dir: {left:?}");
 }
 
 #[test]
