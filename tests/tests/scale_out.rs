@@ -127,6 +127,17 @@ impl Member {
         panic!("{what} did not happen within {limit:?}:\n{}", self.log());
     }
 
+    /// Waits (up to 60 s) until the group gave it a partition.
+    fn wait_assigned(&self, what: &str) {
+        self.wait_for(what, Duration::from_secs(60), |_| self.assignments() > 0);
+    }
+
+    /// SIGKILLs it and reaps it.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Partitions assignments in the log that gave it at least one.
     fn assignments(&self) -> usize {
         self.log()
@@ -231,16 +242,12 @@ fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
     let a = job.start("a");
     let b = job.start("b");
     for m in [&a, &b] {
-        m.wait_for("an assignment", Duration::from_secs(60), |_| {
-            m.assignments() > 0
-        });
+        m.wait_assigned("an assignment");
     }
     // A third process joins: some partitions move to it.
     std::thread::sleep(Duration::from_secs(3));
     let c = job.start("c");
-    c.wait_for("the joiner's assignment", Duration::from_secs(60), |_| {
-        c.assignments() > 0
-    });
+    c.wait_assigned("the joiner's assignment");
     // `strata jobs status` shows every partition owned, by several processes.
     let start = Instant::now();
     loop {
@@ -262,8 +269,7 @@ fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
     // One of the first two dies: its partitions move again.
     std::thread::sleep(Duration::from_secs(2));
     let mut b = b;
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
+    b.kill();
     let limit = Duration::from_secs(300);
     let (a_log, c_log) = (a.finish(limit), c.finish(limit));
     check_exact(
@@ -315,17 +321,12 @@ fn a_group_on_a_shared_local_directory_survives_a_join_and_a_sigkill() {
     let a = job.start("a");
     let b = job.start("b");
     for m in [&a, &b] {
-        m.wait_for("an assignment", Duration::from_secs(60), |_| {
-            m.assignments() > 0
-        });
+        m.wait_assigned("an assignment");
     }
     let c = job.start("c");
-    c.wait_for("the joiner's assignment", Duration::from_secs(60), |_| {
-        c.assignments() > 0
-    });
+    c.wait_assigned("the joiner's assignment");
     let mut b = b;
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
+    b.kill();
     let limit = Duration::from_secs(300);
     let (a_log, c_log) = (a.finish(limit), c.finish(limit));
     check_exact(
@@ -355,9 +356,7 @@ fn a_group_of_two_over_sasl_ssl_gives_the_exact_output() {
     let a = job.start("a");
     let b = job.start("b");
     for m in [&a, &b] {
-        m.wait_for("an assignment", Duration::from_secs(60), |_| {
-            m.assignments() > 0
-        });
+        m.wait_assigned("an assignment");
     }
     let lines = status(&job);
     assert_eq!(
@@ -693,19 +692,14 @@ fn queries_to_any_member_are_answered_by_the_owner_across_a_join_and_a_sigkill()
     let a = job.start("a");
     let b = job.start("b");
     for m in [&a, &b] {
-        m.wait_for("an assignment", Duration::from_secs(60), |_| {
-            m.assignments() > 0
-        });
+        m.wait_assigned("an assignment");
     }
     queries.ask_for(&[&a, &b], Duration::from_secs(4));
     let c = job.start("c");
-    c.wait_for("the joiner's assignment", Duration::from_secs(60), |_| {
-        c.assignments() > 0
-    });
+    c.wait_assigned("the joiner's assignment");
     queries.ask_for(&[&a, &b, &c], Duration::from_secs(4));
     let mut b = b;
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
+    b.kill();
     queries.ask_for(&[&a, &c], Duration::from_secs(6));
     assert!(
         queries.answered >= 50 && queries.forwarded >= 10,

@@ -172,7 +172,16 @@ fn failing_l3_run(l3: &[String], env: &[(&str, &str)]) -> (String, Duration) {
         &dir.path().join("chk"),
         &d,
     );
-    let mut cmd = strata_cmd(&args);
+    let (line, err, took) = failing_run(&args, env);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    (line, took)
+}
+
+/// Runs `args` with `env` on top of the test passwords; the run must fail
+/// with exit 1 or 2 and an error line, before creating anything, and leak
+/// no password. Returns the error line, all of stderr and how long it took.
+fn failing_run(args: &[String], env: &[(&str, &str)]) -> (String, String, Duration) {
+    let mut cmd = strata_cmd(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -186,10 +195,9 @@ fn failing_l3_run(l3: &[String], env: &[(&str, &str)]) -> (String, Duration) {
         o.status
     );
     let line = error_line(&o);
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     // Nothing was created (the run failed before): only the text to search.
     assert_no_leak(&[], &[("stderr", &err)]);
-    (line, took)
+    (line, err, took)
 }
 
 #[test]
@@ -363,23 +371,7 @@ fn failing_kafka_run(
         "source.kafka.bounded=true",
     ]));
     let args = route_args(&uri("flights"), &uri("out"), &dir.path().join("chk"), &d);
-    let mut cmd = strata_cmd(&args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let started = Instant::now();
-    let o = output_of(&mut cmd);
-    let took = started.elapsed();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        matches!(o.status.code(), Some(1 | 2)),
-        "exit {:?}: {err}",
-        o.status
-    );
-    let line = error_line(&o);
-    // Nothing was created (the run failed before): only the text to search.
-    assert_no_leak(&[], &[("stderr", &err)]);
-    (line, err, took)
+    failing_run(&args, env)
 }
 
 #[test]
