@@ -72,6 +72,17 @@ pub enum StateError {
     /// and must stop without writing (see `l3::fence`).
     #[error("L3 error: {0}")]
     Fenced(String),
+    /// A file of a snapshot does not hold what the snapshot recorded
+    /// (size or xxh3 checksum): the checkpoint that lists `object` is
+    /// corrupt.
+    #[error("checkpoint file {path} is corrupt: {found}")]
+    CorruptFile {
+        path: PathBuf,
+        /// The file's name in checkpoint storage, relative to its root.
+        object: String,
+        /// What was found instead, and what was recorded.
+        found: String,
+    },
     /// A file of a snapshot could not be read, written or linked.
     #[error("snapshot file {path}: {source}")]
     SnapshotIo {

@@ -32,6 +32,61 @@ pub struct SnapshotFile {
     pub object: String,
     /// Its size in bytes.
     pub bytes: u64,
+    /// The xxh3-64 of its bytes as 16 hex digits, taken when it was first
+    /// stored and checked by every [`restore`] (absent in checkpoints
+    /// written before checksums, which are restored unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xxh3: Option<String>,
+}
+
+impl SnapshotFile {
+    /// Checks that `path`, a copy of this file, holds the bytes that were
+    /// stored.
+    ///
+    /// Errors: [`StateError::CorruptFile`] on a mismatch in size or
+    /// checksum; [`StateError::SnapshotIo`] if it cannot be read.
+    pub fn verify(&self, path: &Path) -> Result<()> {
+        let found_bytes = fs::metadata(path).map_err(io_err(path))?.len();
+        let corrupt = |found: String| StateError::CorruptFile {
+            path: path.to_owned(),
+            object: self.object.clone(),
+            found,
+        };
+        if found_bytes != self.bytes {
+            return Err(corrupt(format!(
+                "{found_bytes} bytes where the checkpoint recorded {}",
+                self.bytes
+            )));
+        }
+        match &self.xxh3 {
+            Some(want) => {
+                let got = file_xxh3(path)?;
+                if got == *want {
+                    Ok(())
+                } else {
+                    Err(corrupt(format!(
+                        "xxh3 {got} where the checkpoint recorded {want}"
+                    )))
+                }
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// The xxh3-64 of the file at `path`, as 16 hex digits (read in 1 MiB
+/// pieces).
+pub fn file_xxh3(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path).map_err(io_err(path))?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf).map_err(io_err(path))? {
+            0 => return Ok(format!("{:016x}", hasher.digest())),
+            n => hasher.update(&buf[..n]),
+        }
+    }
 }
 
 /// The files that make up one store's snapshot.
@@ -179,6 +234,7 @@ impl IncrementalUploader {
                     new_bytes += bytes;
                     SnapshotFile {
                         name: name.clone(),
+                        xxh3: Some(file_xxh3(&self.root.join(&object))?),
                         object,
                         bytes,
                     }
@@ -276,9 +332,18 @@ fn copy_files(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// Lays out the snapshot `manifest` (stored under `root`) as a RocksDB
-/// directory at `target`, replacing whatever was there. SST files are hard
-/// links where possible; metadata files are copies (RocksDB rewrites them).
+/// directory at `target`, replacing whatever was there. Every file is first
+/// checked against the size and checksum the manifest recorded, so a
+/// corrupt file is refused here, before RocksDB reads it, and never carried
+/// into a later checkpoint. SST files are hard links where possible;
+/// metadata files are copies (RocksDB rewrites them).
+///
+/// Errors: [`StateError::CorruptFile`] naming the first file that does not
+/// match; [`StateError::SnapshotIo`].
 pub fn restore(root: &Path, manifest: &SnapshotManifest, target: &Path) -> Result<()> {
+    for f in &manifest.files {
+        f.verify(&root.join(&f.object))?;
+    }
     if target.exists() {
         fs::remove_dir_all(target).map_err(io_err(target))?;
     }

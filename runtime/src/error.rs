@@ -25,6 +25,16 @@ pub enum RuntimeError {
     /// Checkpoint storage is missing, unreadable or inconsistent.
     #[error("checkpoint storage {path}: {reason}")]
     Checkpoint { path: PathBuf, reason: String },
+    /// A file of checkpoint `id` does not hold what the checkpoint recorded
+    /// (its size or xxh3 checksum): the checkpoint cannot be restored.
+    #[error("checkpoint {id} cannot be restored: its file {file} is corrupt ({found}); {instead}")]
+    CorruptCheckpoint {
+        id: u64,
+        file: PathBuf,
+        found: String,
+        /// Which checkpoints can be restored instead, if any.
+        instead: String,
+    },
     /// A file system error outside the connectors and the store.
     #[error("{path}: {source}")]
     Io {

@@ -12,7 +12,7 @@ use strata_cache::{snapshot, StateDescriptor, StateStore};
 /// source position. `dir` may be an object store (`s3://bucket/prefix`).
 pub fn list_checkpoints(dir: &Path) -> Result<Vec<String>> {
     let all = if remote::is_remote(dir) {
-        Remote::connect(&dir.to_string_lossy())?.list()?
+        Remote::connect(&dir.to_string_lossy(), remote::COMMAND_RETRY_FOR)?.list()?
     } else {
         CheckpointStorage::existing(dir)?.list()?
     };
@@ -157,8 +157,10 @@ pub(crate) fn local_view(dir: &Path) -> Result<(PathBuf, Option<TempDir>)> {
         return Ok((dir.to_owned(), None));
     }
     let copy = tempdir(&std::env::temp_dir())?;
-    let storage =
-        CheckpointStorage::open(copy.path())?.with_remote(Remote::connect(&dir.to_string_lossy())?);
+    let storage = CheckpointStorage::open(copy.path())?.with_remote(Remote::connect(
+        &dir.to_string_lossy(),
+        remote::COMMAND_RETRY_FOR,
+    )?);
     if storage.fetch(None)?.is_none() {
         return Err(no_checkpoint(dir));
     }

@@ -67,6 +67,22 @@ pub fn flights_path() -> PathBuf {
     path
 }
 
+/// Runs one of the repo's server scripts, `scripts/<script> <args>`
+/// (`cassandra.sh stop`, `s3.sh start`, …); panics if it fails.
+pub fn server_script(script: &str, args: &[&str]) {
+    let o = Command::new(repo_root().join("scripts").join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/{script}: {e}"));
+    assert!(
+        o.status.success(),
+        "scripts/{script} {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// The first `rows` flights of the flights file as a Parquet file of the
 /// same schema, written once per test process (for runs that must be short).
 pub fn flights_head(rows: usize) -> PathBuf {
@@ -392,4 +408,35 @@ pub fn error_line(o: &Output) -> String {
         .find(|l| l.starts_with("strata: error: "))
         .unwrap_or_else(|| panic!("no error line: {stderr}"))
         .to_owned()
+}
+
+/// A file of checkpoint metadata `newest` (a `_metadata` as JSON) that no
+/// checkpoint of `older` lists, as its name in checkpoint storage: a shared
+/// SST file if there is one, else one of its private files.
+pub fn file_only_in(newest: &serde_json::Value, older: &[serde_json::Value]) -> String {
+    let files = |meta: &serde_json::Value| -> Vec<String> {
+        meta["operators"]
+            .as_array()
+            .expect("operators")
+            .iter()
+            .flat_map(|o| o["manifest"]["files"].as_array().expect("files").clone())
+            .map(|f| f["object"].as_str().expect("object").to_owned())
+            .collect()
+    };
+    let elsewhere: std::collections::HashSet<String> = older.iter().flat_map(files).collect();
+    let mut own: Vec<String> = files(newest)
+        .into_iter()
+        .filter(|f| !elsewhere.contains(f))
+        .collect();
+    own.sort_by_key(|f| !f.starts_with("shared/"));
+    own.into_iter()
+        .next()
+        .expect("the newest checkpoint lists a file of its own")
+}
+
+/// `bytes` with the byte in the middle flipped (a file's size kept).
+pub fn flipped(mut bytes: Vec<u8>) -> Vec<u8> {
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0xff;
+    bytes
 }

@@ -4,8 +4,9 @@
 //! that does not complete in time. The job fails with the root cause on one
 //! line (which checkpoint, which task, which file, which OS error), after
 //! `checkpoint.tolerable-failures` failures in a row; leftovers of a run
-//! killed during its first checkpoint are never waited on; and a restore
-//! after the cause is gone continues exactly.
+//! killed during its first checkpoint are never waited on; a restore
+//! after the cause is gone continues exactly; and a corrupt checkpoint file
+//! is refused at restore, naming it, its checkpoint and those free of it.
 //!
 //! The full-disk cases mount a small tmpfs (the tests run as root, as CI does).
 
@@ -267,4 +268,56 @@ fn leftovers_of_a_run_killed_in_its_first_checkpoint_are_cleared_not_waited_on()
         assert!(first_difference(&got, &want).is_none(), "restore={restore}");
         assert!(!chk.join("shared/1a2b-op0-000009.sst").exists());
     }
+}
+
+/// The completed checkpoints of the local checkpoint directory `chk`, as
+/// JSON, oldest first.
+fn completed(chk: &Path) -> Vec<serde_json::Value> {
+    let mut all: Vec<serde_json::Value> = std::fs::read_dir(chk)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("_metadata")).ok())
+        .map(|text| serde_json::from_slice(&text).unwrap())
+        .collect();
+    all.sort_by_key(|m| m["id"].as_u64());
+    all
+}
+
+#[test]
+fn a_corrupt_checkpoint_file_is_refused_at_restore_naming_it_its_checkpoint_and_those_free_of_it() {
+    let input = flights_head(100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let extra = [
+        "-D",
+        "checkpoint.interval=200ms",
+        "-D",
+        "source.max-records-per-second=50000",
+    ];
+    let o = run_within(&args(&input, &out, &chk, &extra), Duration::from_secs(120));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let all = completed(&chk);
+    let (newest, older) = all.split_last().unwrap();
+    assert!(!older.is_empty(), "one checkpoint only: {all:?}");
+    let object = file_only_in(newest, older);
+    let path = chk.join(&object);
+    std::fs::write(&path, flipped(std::fs::read(&path).unwrap())).unwrap();
+
+    let mut restore = args(&input, &out, &chk, &[]);
+    restore.extend(["--restore".into(), "latest".into()]);
+    let o = run_within(&restore, Duration::from_secs(60));
+    let line = error_line(&o);
+    let id = newest["id"].as_u64().unwrap();
+    assert!(
+        line.contains(&format!(
+            "checkpoint {id} cannot be restored: its file {} is corrupt (xxh3 ",
+            path.display()
+        )),
+        "{line}"
+    );
+    let free: Vec<String> = older.iter().map(|m| m["id"].to_string()).collect();
+    assert!(
+        line.contains(&format!("can be restored instead: {}", free.join(", "))),
+        "{line}"
+    );
 }

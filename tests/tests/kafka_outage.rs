@@ -2,20 +2,10 @@
 //! broker is back, and the committed output is exact. In a test binary of
 //! its own: stopping the shared broker would disturb other Kafka tests.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 use strata_tests::kafka::*;
 use strata_tests::*;
-
-fn kafka_sh(arg: &str) {
-    let script = repo_root().join("scripts/kafka.sh");
-    let o = Command::new(script).arg(arg).output().unwrap();
-    assert!(
-        o.status.success(),
-        "kafka.sh {arg}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 #[test]
 fn a_broker_stopped_for_20s_stalls_the_job_which_then_finishes_exactly() {
@@ -39,13 +29,13 @@ fn a_broker_stopped_for_20s_stalls_the_job_which_then_finishes_exactly() {
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    kafka_sh("stop");
+    server_script("kafka.sh", &["stop"]);
     std::thread::sleep(Duration::from_secs(20));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the job ended while the broker was down"
     );
-    kafka_sh("start");
+    server_script("kafka.sh", &["start"]);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got = read_route_history(&output);

@@ -11,19 +11,11 @@ use std::time::{Duration, Instant};
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
 use strata_tests::*;
 
-fn cassandra(action: &str) {
-    let status = Command::new(repo_root().join("scripts/cassandra.sh"))
-        .arg(action)
-        .status()
-        .unwrap();
-    assert!(status.success(), "scripts/cassandra.sh {action} failed");
-}
-
 /// Starts Cassandra again however the test ends.
 struct Restart;
 impl Drop for Restart {
     fn drop(&mut self) {
-        cassandra("start");
+        server_script("cassandra.sh", &["start"]);
     }
 }
 
@@ -88,7 +80,7 @@ fn cassandra_down_for_20s_stalls_the_job_which_then_finishes_exactly() {
         log_text()
     );
     let _restart = Restart;
-    cassandra("stop");
+    server_script("cassandra.sh", &["stop"]);
     let down = Instant::now();
     std::thread::sleep(Duration::from_secs(6));
     let read_at_6s = metric(addr, "strata_records_in_total", None);
@@ -103,7 +95,7 @@ fn cassandra_down_for_20s_stalls_the_job_which_then_finishes_exactly() {
     }
     let read_at_20s = metric(addr, "strata_records_in_total", None);
     let retries = metric(addr, "strata_l3_retries_total", None);
-    cassandra("start");
+    server_script("cassandra.sh", &["start"]);
     assert!(
         read_at_20s - read_at_6s < 1_000.0,
         "the source kept reading while Cassandra was down: {read_at_6s} → {read_at_20s}"

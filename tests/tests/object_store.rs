@@ -5,7 +5,8 @@
 //! checkpoint without downloading it, with the uninterrupted output;
 //! uploads are incremental; retention leaves nothing a kept checkpoint does
 //! not list; a bucket that is not there, an empty prefix to restore from,
-//! or a prefix holding objects strata did not write, is a clear error.
+//! or a prefix holding objects strata did not write, is a clear error; and
+//! a corrupt object is refused as it is downloaded.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -16,8 +17,13 @@ use strata_tests::*;
 /// `strata run route-history` over the flights into `out`, checkpoints in
 /// `url`, with `extra`.
 fn route_history(out: &Path, url: &str, extra: &[&str]) -> Command {
+    route_history_over(&flights_path(), out, url, extra)
+}
+
+/// As [`route_history`], over `input`.
+fn route_history_over(input: &Path, out: &Path, url: &str, extra: &[&str]) -> Command {
     let mut cmd = Command::new(strata_bin());
-    with_s3_env(&mut cmd).args(route_history_args(&flights_path(), out, None, extra));
+    with_s3_env(&mut cmd).args(route_history_args(input, out, None, extra));
     cmd.args(["--checkpoint-dir", url]);
     cmd
 }
@@ -294,4 +300,61 @@ fn kafka_to_kafka_killed_on_one_machine_continues_on_another_with_the_exact_outp
     if let Some(diff) = first_difference(&got, &reference_route_history(&flights_path())) {
         panic!("after moving machines the committed output differs: {diff}");
     }
+}
+
+#[test]
+fn a_corrupt_object_is_refused_on_download_naming_it_its_checkpoint_and_those_free_of_it() {
+    require_s3();
+    // A slice of the flights: a few checkpoints are all it needs.
+    let input = flights_head(100_000);
+    let prefix = Prefix::unique("corrupt");
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [
+        "-D",
+        "checkpoint.interval=200ms",
+        "-D",
+        "source.max-records-per-second=50000",
+    ];
+    succeeded(
+        route_history_over(&input, &dir.path().join("out"), &prefix.url, &extra)
+            .output()
+            .unwrap(),
+    );
+    let listed = checkpoints(&prefix.url);
+    let metadata = |id: u64| -> serde_json::Value {
+        serde_json::from_slice(&prefix.read(&format!("chk-{id}/_metadata"))).unwrap()
+    };
+    let (newest, older) = listed.split_last().unwrap();
+    let older_meta: Vec<serde_json::Value> = older.iter().map(|c| metadata(c.id)).collect();
+    let object = file_only_in(&metadata(newest.id), &older_meta);
+    prefix.put(&object, &flipped(prefix.read(&object)));
+
+    // Another machine: no local copy, so the file is downloaded.
+    let o = route_history(
+        &dir.path().join("elsewhere"),
+        &prefix.url,
+        &["--restore", "latest"],
+    )
+    .output()
+    .unwrap();
+    let line = error_line(&o);
+    assert!(
+        line.contains(&format!(
+            "checkpoint {} cannot be restored: its file {}/{object} is corrupt (xxh3 ",
+            newest.id, prefix.url
+        )),
+        "{line}"
+    );
+    let free: Vec<String> = older.iter().map(|c| c.id.to_string()).collect();
+    assert!(
+        line.contains(&format!("can be restored instead: {}", free.join(", "))),
+        "{line}"
+    );
+    assert!(
+        !dir.path()
+            .join("elsewhere/_checkpoints")
+            .join(&object)
+            .exists(),
+        "the corrupt file was kept in the local copy"
+    );
 }

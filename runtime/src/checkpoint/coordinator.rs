@@ -4,7 +4,7 @@
 //! that is not complete within `checkpoint.timeout`.
 //!
 //! At most one checkpoint is in flight. A failed one is discarded (its
-//! directory removed) and counted; the next starts at the next interval. A
+//! local directory removed) and counted; the next starts at the next interval. A
 //! completed one resets the count. Once more than
 //! `checkpoint.tolerable-failures` have failed in a row, the coordinator
 //! stops with [`RuntimeError::TooManyCheckpointFailures`], which ends the
@@ -116,6 +116,30 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| RuntimeError::Function(format!("checkpoint file work: {e}")))?
 }
 
+/// How long a commit to an object store runs before a line says so.
+const LATE_NOTICE: Duration = Duration::from_secs(5);
+
+/// Awaits `work`, checkpoint `id`'s commit to the object store at `url`,
+/// with a line every [`LATE_NOTICE`] while it lasts (its requests are
+/// being retried: the store is slow or away).
+async fn reported_while_late<T>(
+    work: impl std::future::Future<Output = Result<T>>,
+    id: u64,
+    url: &str,
+) -> Result<T> {
+    let started = Instant::now();
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            _ = tokio::time::sleep(LATE_NOTICE) => eprintln!(
+                "strata: checkpoint {id} is late: its upload to {url} has taken {} s so far (a failing request is retried for checkpoint.storage.retry-for; processing goes on)",
+                started.elapsed().as_secs()
+            ),
+        }
+    }
+}
+
 impl Coordinator {
     /// Runs until the final checkpoint completes.
     pub(crate) async fn run(mut self) -> Result<Outcome> {
@@ -225,7 +249,9 @@ impl Coordinator {
         self.version(&mut meta);
         let storage = self.storage.clone();
         let retained = self.settings.retained;
-        let meta = blocking(move || {
+        let url = storage.remote().map(|r| r.url().to_owned());
+        let id = meta.id;
+        let work = blocking(move || {
             storage.commit(&meta)?;
             if let Err(e) = storage.retain(retained) {
                 eprintln!(
@@ -234,8 +260,11 @@ impl Coordinator {
                 );
             }
             Ok(meta)
-        })
-        .await?;
+        });
+        let meta = match url {
+            Some(url) => reported_while_late(work, id, &url).await?,
+            None => work.await?,
+        };
         let _ = self.completed.send(meta.id);
         let figures = CheckpointStats {
             id: meta.id,

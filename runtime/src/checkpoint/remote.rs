@@ -13,10 +13,13 @@
 //!   staged parts. Then `chk-N/_metadata` is put last: checkpoint N exists
 //!   in the object store once that object does. A failed upload fails the
 //!   checkpoint (after `object_store`'s own retries), never the job's
-//!   state, and never leaves a listed checkpoint without its files.
+//!   state, and never leaves a listed checkpoint without its files. A
+//!   request is retried for `checkpoint.storage.retry-for` first: an
+//!   object store that blinks makes a checkpoint late, not failed.
 //! * **Retention** ([`Remote::prune`]) mirrors the local one: the
 //!   `_metadata` of a dropped checkpoint first, then its private files,
-//!   then the `shared/` objects no retained checkpoint lists.
+//!   then the `shared/` objects no retained checkpoint lists, and what
+//!   failed checkpoints older than the newest uploaded.
 //! * **Restore** ([`Remote::fetch`]): when the local copy lacks the
 //!   checkpoint to restore (a new machine, a lost disk), it downloads only
 //!   that checkpoint's private files, the shared files its manifests list
@@ -47,11 +50,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
+use strata_cache::StateError;
 
 /// Files at most this large go up in one request; larger ones in parts.
 const SINGLE_PUT_MAX: u64 = 32 << 20;
 /// Transfers in flight at once.
 const CONCURRENCY: usize = 8;
+/// `retry_for` of the commands that only read (`checkpoints list`, `state
+/// get`): a person waits on them.
+pub const COMMAND_RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// Whether a `--checkpoint-dir` names an object store rather than a path.
 pub fn is_remote(location: &Path) -> bool {
@@ -208,12 +215,15 @@ fn local_files(root: &Path) -> Result<BTreeMap<String, Stamp>> {
 
 impl Remote {
     /// Connects to `url` (`s3://bucket/prefix`) with the AWS settings of
-    /// the environment. Nothing is requested yet. A request is retried up
-    /// to 5 times within 60 s (`object_store`'s timeouts: 5 s to connect,
-    /// 30 s per request) before its step fails.
+    /// the environment. Nothing is requested yet. A request that fails in
+    /// a way worth retrying (no connection, a timeout, a 5xx or 429 answer)
+    /// is retried with backoff (100 ms doubling to 5 s, jittered) for
+    /// `retry_for` (`checkpoint.storage.retry-for`) before its step fails;
+    /// `object_store`'s timeouts bound each attempt (5 s to connect, 30 s
+    /// per request).
     ///
     /// Errors: a URL `object_store` cannot use ([`RuntimeError::Usage`]).
-    pub fn connect(url: &str) -> Result<Self> {
+    pub fn connect(url: &str, retry_for: Duration) -> Result<Self> {
         let endpoint = std::env::var("AWS_ENDPOINT").unwrap_or_default();
         let allow_http = std::env::var("AWS_ALLOW_HTTP").unwrap_or_default();
         if endpoint.starts_with("http://") && allow_http != "true" {
@@ -222,9 +232,14 @@ impl Remote {
             )));
         }
         let retry = object_store::RetryConfig {
-            max_retries: 5,
-            retry_timeout: Duration::from_secs(60),
-            ..Default::default()
+            // The time, not a count, bounds the retries: a backoff is at
+            // least 100 ms.
+            max_retries: (retry_for.as_millis() / 100) as usize + 1,
+            retry_timeout: retry_for,
+            backoff: object_store::BackoffConfig {
+                max_backoff: Duration::from_secs(5),
+                ..Default::default()
+            },
         };
         let store = object_store::aws::AmazonS3Builder::from_env()
             .with_url(url)
@@ -420,8 +435,11 @@ impl Remote {
 
     /// Downloads `rel` into the local copy at `root`: its bytes. A staged
     /// part (`_*`) that is gone is skipped (0 bytes): its sink published
-    /// and deleted it since the listing, so no restore needs it.
-    async fn download(&self, rel: String, root: PathBuf) -> Result<u64> {
+    /// and deleted it since the listing, so no restore needs it. With
+    /// `xxh3` (what the checkpoint recorded), the bytes are checked on the
+    /// way and a mismatch is a [`StateError::CorruptFile`] that leaves
+    /// nothing behind.
+    async fn download(&self, rel: String, root: PathBuf, xxh3: Option<String>) -> Result<u64> {
         let local = root.join(&rel);
         let tmp = PathBuf::from(format!("{}.download.tmp", local.display()));
         if let Some(dir) = local.parent() {
@@ -435,11 +453,21 @@ impl Remote {
             got => got.map_err(failed)?.into_stream(),
         };
         let mut file = fs::File::create(&tmp).map_err(RuntimeError::io(&tmp))?;
-        let mut got = 0u64;
+        let (mut got, mut hasher) = (0u64, xxhash_rust::xxh3::Xxh3::new());
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(failed)?;
             file.write_all(&chunk).map_err(RuntimeError::io(&tmp))?;
+            hasher.update(&chunk);
             got += chunk.len() as u64;
+        }
+        let found = format!("{:016x}", hasher.digest());
+        if let Some(want) = xxh3.filter(|want| *want != found) {
+            let _ = fs::remove_file(&tmp);
+            return Err(RuntimeError::State(StateError::CorruptFile {
+                path: PathBuf::from(format!("{}/{rel}", self.url)),
+                object: rel,
+                found: format!("xxh3 {found} where the checkpoint recorded {want}"),
+            }));
         }
         file.sync_all().map_err(RuntimeError::io(&tmp))?;
         fs::rename(&tmp, &local).map_err(RuntimeError::io(&local))?;
@@ -524,17 +552,6 @@ impl Remote {
     /// Removes the `_metadata` of checkpoints `ids` (they no longer exist).
     pub fn forget(&self, ids: &[u64]) -> Result<()> {
         self.delete(ids.iter().map(|id| metadata_name(*id)).collect())
-    }
-
-    /// Removes every object of checkpoint `id` (a failed one).
-    pub fn discard(&self, id: u64) -> Result<()> {
-        let objects = self.objects()?;
-        self.delete(
-            objects
-                .into_keys()
-                .filter(|rel| matches!(kind(rel), Kind::Private(n) if n == id))
-                .collect(),
-        )
     }
 
     /// Keeps the newest `keep` completed checkpoints of the object store
@@ -639,19 +656,26 @@ impl Remote {
             })
             .map(|(rel, _)| rel.clone())
             .collect();
-        let got = io().block_on(
-            futures::stream::iter(
-                needed
-                    .iter()
-                    .map(|rel| self.download(rel.clone(), root.into())),
+        let sums: HashMap<&str, &str> = meta
+            .operators
+            .iter()
+            .flat_map(|o| &o.manifest.files)
+            .filter_map(|f| Some((f.object.as_str(), f.xxh3.as_deref()?)))
+            .collect();
+        let got = io()
+            .block_on(
+                futures::stream::iter(needed.iter().map(|rel| {
+                    let xxh3 = sums.get(rel.as_str()).map(|s| s.to_string());
+                    self.download(rel.clone(), root.into(), xxh3)
+                }))
+                .buffer_unordered(CONCURRENCY)
+                .try_collect::<Vec<u64>>(),
             )
-            .buffer_unordered(CONCURRENCY)
-            .try_collect::<Vec<u64>>(),
-        )?;
+            .map_err(|e| super::storage::blame_corrupt(id, e, &listing.completed))?;
         // Every file durable before the `_metadata` that makes the local
         // checkpoint complete.
         sync_tree(root)?;
-        let meta_bytes = io().block_on(self.download(name, root.into()))?;
+        let meta_bytes = io().block_on(self.download(name, root.into(), None))?;
         super::storage::sync_dir(&dir)?;
         let bytes = got.iter().sum::<u64>() + meta_bytes;
         let other: u64 = needed

@@ -20,6 +20,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use strata_cache::StateError;
 
 /// A checkpoint directory.
 #[derive(Debug, Clone)]
@@ -54,6 +55,48 @@ pub(super) fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
     meta.operators
         .iter()
         .flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
+}
+
+/// `e` as a [`RuntimeError::CorruptCheckpoint`] of checkpoint `id` when it
+/// is a corrupt file of it, naming the checkpoints among `completed` that
+/// do not list that file (they can be restored instead); other errors as
+/// they are.
+pub(crate) fn blame_corrupt(
+    id: u64,
+    e: RuntimeError,
+    completed: &[CheckpointMetadata],
+) -> RuntimeError {
+    let RuntimeError::State(StateError::CorruptFile {
+        path,
+        object,
+        found,
+    }) = e
+    else {
+        return e;
+    };
+    let mut free: Vec<u64> = completed
+        .iter()
+        .filter(|m| m.id != id && !objects(m).any(|o| o == object))
+        .map(|m| m.id)
+        .collect();
+    free.sort_unstable();
+    free.dedup();
+    let instead = match free.last() {
+        Some(newest) => {
+            let ids: Vec<String> = free.iter().map(u64::to_string).collect();
+            format!(
+                "these checkpoints do not list it and can be restored instead: {} (e.g. --restore {newest})",
+                ids.join(", ")
+            )
+        }
+        None => "no other completed checkpoint is free of it: start without --restore (from the source's beginning, into an empty output)".into(),
+    };
+    RuntimeError::CorruptCheckpoint {
+        id,
+        file: path,
+        found,
+        instead,
+    }
 }
 
 fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
@@ -167,6 +210,24 @@ impl CheckpointStorage {
         self.forget_local(&gone)?;
         remote.fetch(&self.root, target, &listing)?;
         Ok(there.last().copied())
+    }
+
+    /// Every completed checkpoint, here or in the object store (the
+    /// object store's when both have one), by id. Unreachable object
+    /// stores give the local ones only: this serves error messages.
+    pub(crate) fn all_completed(&self) -> Vec<CheckpointMetadata> {
+        let mut all = self
+            .remote
+            .as_ref()
+            .and_then(|r| r.list().ok())
+            .unwrap_or_default();
+        for m in self.list().unwrap_or_default() {
+            if !all.iter().any(|a| a.id == m.id) {
+                all.push(m);
+            }
+        }
+        all.sort_by_key(|m| m.id);
+        all
     }
 
     /// The completed checkpoints newer than `id`, here or in the object
@@ -288,7 +349,7 @@ impl CheckpointStorage {
         sync_dir(&self.root)?;
         if let Some(remote) = &self.remote {
             // Not in the object store: the checkpoint does not exist (the
-            // coordinator's discard removes the rest).
+            // next retention removes what it uploaded).
             let put = self
                 .check_fence(meta)
                 .and_then(|()| remote.put_metadata(meta.id, &body));
@@ -300,17 +361,16 @@ impl CheckpointStorage {
         Ok(())
     }
 
-    /// Removes what a failed checkpoint `id` wrote into its own directory
-    /// (shared files it stored are removed by the next start's sweep).
+    /// Removes what a failed checkpoint `id` wrote into its own local
+    /// directory. Shared files it stored are removed by the next start's
+    /// sweep; what it uploaded, by the object store's retention after the
+    /// next checkpoint that completes (the store is often why it failed).
     pub(crate) fn discard(&self, id: u64) -> Result<()> {
         let dir = self.dir_of(id);
         match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(RuntimeError::io(&dir)(e))
-            }
-            _ => {}
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::io(&dir)(e)),
+            _ => Ok(()),
         }
-        self.remote.as_ref().map_or(Ok(()), |r| r.discard(id))
     }
 
     /// Removes completed checkpoints `ids` (and the shared files only they

@@ -11,6 +11,7 @@
 //! | `checkpoint.retained` | 3 | 1–100 | completed checkpoints kept |
 //! | `checkpoint.timeout` | `10min` | 100ms–1d | a checkpoint not completed this long after its trigger fails |
 //! | `checkpoint.tolerable-failures` | 0 | 0–1000 | consecutive failed checkpoints the job survives; one more fails it |
+//! | `checkpoint.storage.retry-for` | `60s` | 0–1d | with `--checkpoint-dir s3://…`: how long a failing object store request is retried, with backoff, before its checkpoint fails (the checkpoint is late meanwhile; processing goes on) |
 //! | `state.l1.capacity` | `64MB` | 64KB–1TB | L1 (moka) bytes, split over instances |
 //! | `state.max-list-bytes` | `256MiB` | 1KB–3GiB | the most one key's list may hold (encoded); more is an error naming the key |
 //! | `state.l2.memory` | `256MB` | 8MB–1TB | RocksDB block cache + memtables, whole process |
@@ -76,6 +77,9 @@ pub struct JobConfig {
     /// Consecutive failed checkpoints the job survives (Flink's
     /// `execution.checkpointing.tolerable-failed-checkpoints`).
     pub tolerable_failures: u32,
+    /// How long a failing object store request is retried before its
+    /// checkpoint fails (`checkpoint.storage.retry-for`).
+    pub storage_retry_for: Duration,
     /// L1 bytes for the whole process.
     pub l1_capacity: u64,
     /// L2 memory (block cache + memtables) for the whole process.
@@ -125,6 +129,7 @@ impl Default for JobConfig {
             checkpoints_retained: 3,
             checkpoint_timeout: Duration::from_secs(600),
             tolerable_failures: 0,
+            storage_retry_for: Duration::from_secs(60),
             l1_capacity: 64_000_000,
             l2_memory: 256_000_000,
             max_list_bytes: strata_cache::DEFAULT_MAX_LIST_BYTES,
@@ -349,6 +354,10 @@ impl JobConfig {
             }
             "checkpoint.tolerable-failures" => {
                 self.tolerable_failures = number(key, v, 0..=1000)? as u32
+            }
+            "checkpoint.storage.retry-for" => {
+                self.storage_retry_for =
+                    duration(key, v, Duration::ZERO, Duration::from_secs(86_400))?
             }
             "state.l1.capacity" => self.l1_capacity = size(key, v, 64_000..=1000 * GB)?,
             "state.l2.memory" => self.l2_memory = size(key, v, 8_000_000..=1000 * GB)?,

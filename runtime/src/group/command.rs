@@ -69,7 +69,8 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
     if remote::is_remote(&checkpoint_dir) {
         // Reach the store before joining: a process that cannot would take
         // partitions from the others only to fail on them.
-        remote::Remote::connect(&checkpoint_dir.to_string_lossy())?.list()?;
+        remote::Remote::connect(&checkpoint_dir.to_string_lossy(), config.storage_retry_for)?
+            .list()?;
     }
     if let Some(addr) = args.metrics_addr {
         serve_metrics(addr)?;

@@ -462,7 +462,7 @@ where
         let had_local_copy = parts.checkpoint_dir.exists();
         let mut storage = CheckpointStorage::open(&parts.checkpoint_dir)?;
         if let Some(url) = &parts.remote {
-            storage = storage.with_remote(Remote::connect(url)?);
+            storage = storage.with_remote(Remote::connect(url, self.config.storage_retry_for)?);
         }
         if let Some(shard) = &self.shard {
             storage = storage.with_fence(shard.fence.clone());

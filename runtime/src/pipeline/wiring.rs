@@ -8,6 +8,7 @@ use super::targets::Target;
 use super::{KeyFn, TimestampFn};
 use crate::channel::{edge, InputGate, Message, Output, TaskTimes};
 use crate::checkpoint::coordinator::{Coordinator, Outcome};
+use crate::checkpoint::storage::blame_corrupt;
 use crate::checkpoint::{Ack, CheckpointMetadata, CheckpointStorage, Trigger};
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
@@ -174,7 +175,11 @@ impl Wiring {
             self,
             parallelism,
             manifest,
-        )?;
+        )
+        .map_err(|e| match &self.restored {
+            Some(m) => blame_corrupt(m.id, e, &self.storage.all_completed()),
+            None => e,
+        })?;
         let mut uploader =
             IncrementalUploader::new(self.storage.root(), &format!("{}-op{i}", self.run_id));
         if let Some(s) = snapshot {
