@@ -153,6 +153,7 @@ impl CsvRows {
             reason: format!(
                 "malformed CSV: line {line} opens a quoted field ('\"') {what}; that line is this bad record, and the next line is read as a record again"
             ),
+            ..Default::default()
         })
     }
 
@@ -205,6 +206,7 @@ impl RowReader for CsvRows {
                 record: self.number,
                 field: None,
                 reason: format!("malformed CSV: {e}"),
+                ..Default::default()
             }))),
             Ok(true) => self.checked_row(&start, &end).map(Some),
         }
@@ -229,6 +231,7 @@ pub fn csv_value_row(number: u64, bytes: &[u8], schema: &Schema, columns: &[usiz
         record: number,
         field: None,
         reason,
+        ..Default::default()
     };
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)

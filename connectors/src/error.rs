@@ -88,7 +88,11 @@ impl ConnectorError {
 
 /// A problem with one record: the job's bad-input policy decides whether it
 /// fails the job or goes to the dead-letter output.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize)]
+///
+/// As JSON (a dead letter of a file output) it holds the record itself
+/// too, so that it can be fixed and replayed: `text` and, for a text file,
+/// `byte_offset` (see [`crate::FileSource::record_text`]).
+#[derive(Debug, Clone, Default, PartialEq, thiserror::Error, serde::Serialize)]
 #[error("record {record}{}: {reason}", field.as_ref().map(|f| format!(", field '{f}'")).unwrap_or_default())]
 pub struct RecordError {
     /// The record's 1-based position in the input.
@@ -97,6 +101,15 @@ pub struct RecordError {
     pub field: Option<String>,
     /// What is wrong.
     pub reason: String,
+    /// Where the record starts in a text file (CSV, JSON lines), in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub byte_offset: Option<u64>,
+    /// The record as it was read: a CSV record or a JSON line (without its
+    /// line end; bytes that are not UTF-8 become U+FFFD), a Parquet row as
+    /// a JSON object, a Kafka message's value. Filled in for dead letters
+    /// only; never part of the one-line message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// Shorthand for results of this crate.

@@ -98,6 +98,8 @@ pub(crate) trait RowReader: Send {
 /// A file source of typed rows.
 pub struct FileSource {
     path: PathBuf,
+    format: Format,
+    schema: Schema,
     identity: Identity,
     reader: Box<dyn RowReader>,
     records: u64,
@@ -157,6 +159,8 @@ impl FileSource {
         };
         Ok(Self {
             path: path.to_owned(),
+            format,
+            schema: schema.clone(),
             identity,
             reader,
             records: start.records,
@@ -249,6 +253,38 @@ impl FileSource {
             ));
         }
         Ok(())
+    }
+
+    /// The text of the record that ends at `after` (a position this
+    /// source reported) and starts at byte `start` (the position before
+    /// it), read from the file again: a CSV record or a JSON line without
+    /// its line ends (and a leading byte-order mark), bytes that are not
+    /// UTF-8 as U+FFFD; for Parquet the row as a JSON object of the job's
+    /// columns. For dead letters, which must hold the record itself.
+    ///
+    /// Errors: the file can no longer be read.
+    pub fn record_text(&self, start: u64, after: &Position) -> Result<String> {
+        if self.format == Format::Parquet {
+            let before = Position {
+                records: after.records.saturating_sub(1),
+                ..Position::default()
+            };
+            let row = ParquetRows::open(&self.path, &self.schema, before)?.next_row()?;
+            return Ok(match row {
+                Some(Ok(row)) => row.to_json(&self.schema).to_string(),
+                _ => String::new(),
+            });
+        }
+        use std::io::Read;
+        let len = after.byte_offset.saturating_sub(start);
+        let mut bytes = Vec::with_capacity(len as usize);
+        let mut file = File::open(&self.path).map_err(ConnectorError::io(&self.path))?;
+        file.seek(SeekFrom::Start(start))
+            .and_then(|_| file.take(len).read_to_end(&mut bytes))
+            .map_err(ConnectorError::io(&self.path))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        Ok(text.trim_matches(['\r', '\n']).to_owned())
     }
 
     /// Progress as (done, total) in records (Parquet) or bytes (text).
@@ -447,6 +483,7 @@ pub(crate) fn typed_row(
             record: number,
             field: Some(name.clone()),
             reason,
+            ..Default::default()
         })?;
         values.push(value);
     }
@@ -513,6 +550,7 @@ pub fn json_row(number: u64, bytes: &[u8], schema: &Schema) -> RowResult {
         record: number,
         field: None,
         reason,
+        ..Default::default()
     };
     let text =
         std::str::from_utf8(bytes).map_err(|_| bad("the value is not valid UTF-8".into()))?;
@@ -529,6 +567,7 @@ impl JsonRows {
             record: self.number,
             field: None,
             reason,
+            ..Default::default()
         })))
     }
 }

@@ -90,11 +90,33 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row as a JSON object of `schema`'s field names: a timestamp as
+    /// `YYYY-MM-DDTHH:MM:SS[.mmm]` text, a float that JSON cannot hold
+    /// (NaN, ±∞) and a null as `null`.
+    pub fn to_json(&self, schema: &Schema) -> serde_json::Value {
+        let fields = schema
+            .fields
+            .iter()
+            .zip(&self.values)
+            .map(|((name, _), v)| {
+                let v = match v {
+                    Value::Null => serde_json::Value::Null,
+                    Value::String(s) => s.as_str().into(),
+                    Value::Int64(i) => (*i).into(),
+                    Value::Float64(f) => serde_json::Number::from_f64(*f).into(),
+                    Value::Timestamp(ms) => format_timestamp(*ms).into(),
+                };
+                (name.clone(), v)
+            });
+        serde_json::Value::Object(fields.collect())
+    }
+
     fn error(&self, schema: &Schema, i: usize, reason: String) -> RecordError {
         RecordError {
             record: self.number,
             field: schema.fields.get(i).map(|(n, _)| n.clone()),
             reason,
+            ..Default::default()
         }
     }
 

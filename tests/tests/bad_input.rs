@@ -335,3 +335,105 @@ fn two_stray_quotes_never_swallow_the_lines_between_them() {
         .collect();
     assert_eq!(dead, vec![1, 4]);
 }
+
+/// Checks that each dead letter holds its bad record's text, `want[i]`,
+/// and where it starts in `input` (a text file).
+fn assert_dead_letters_hold(out: &Path, input: &str, want: &[&str]) {
+    let dead = dead_letters(out);
+    let texts: Vec<&str> = dead.iter().map(|d| d["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, want);
+    for d in &dead {
+        let at = d["byte_offset"].as_u64().expect("byte_offset") as usize;
+        let from = input[at..].trim_start_matches(['\r', '\n']);
+        assert!(from.starts_with(d["text"].as_str().unwrap()), "{d}");
+    }
+}
+
+#[test]
+fn dead_letters_of_every_file_format_hold_the_record_as_read_and_where_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead_letter = ["-D", "bad-input.policy=dead-letter"];
+    // A wrong value (the reader's), a record older than the one before it
+    // (the source's, after decoding), a stray quote (CSV); CRLF line ends.
+    let csv_bad = [
+        "2001-01-01T00:03:00,x,100,LAS,PHL",
+        "2001-01-01T00:01:00,4,100,LAS,PHL",
+        "2001-01-01T00:05:00,5,1,\"LAS,PHL",
+    ];
+    let csv = format!(
+        "date,delay,distance,origin,destination\r\n2001-01-01T00:02:00,1,100,LAS,PHL\r\n{}\r\n2001-01-01T00:04:00,3,100,LAS,PHL\r\n{}\r\n{}\r\n2001-01-01T00:06:00,6,100,LAS,PHL\r\n",
+        csv_bad[0], csv_bad[1], csv_bad[2]
+    );
+    let line = |minute: u32, delay: &str| {
+        format!(
+            r#"{{"date":"2001-01-01T00:0{minute}:00","delay":{delay},"distance":100,"origin":"LAS","destination":"PHL"}}"#
+        )
+    };
+    let json_bad = [line(3, "\"x\""), line(1, "4"), "{\"date\":".to_owned()];
+    let json = format!(
+        "{}\n{}\n{}\n\n{}\n{}\n",
+        line(2, "1"),
+        json_bad[0],
+        line(4, "3"),
+        json_bad[1],
+        json_bad[2]
+    );
+    for (name, text, want, good) in [
+        ("f.csv", csv, csv_bad.to_vec(), 3),
+        (
+            "f.jsonl",
+            json,
+            json_bad.iter().map(String::as_str).collect(),
+            2,
+        ),
+    ] {
+        let input = dir.path().join(name);
+        std::fs::write(&input, &text).unwrap();
+        let out = dir.path().join(format!("out-{name}"));
+        let o = run(&input, &out, &dead_letter);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(read_output(&out).len(), good, "{name}");
+        assert_dead_letters_hold(&out, &text, &want);
+    }
+
+    // Parquet: the row as a JSON object of the job's columns.
+    let input = dir.path().join("f.parquet");
+    let minutes = [2i64, 1];
+    let micros = minutes.map(|m| 978_307_200_000_000 + m * 60_000_000);
+    write_parquet(
+        &input,
+        vec![
+            (
+                "date",
+                Arc::new(TimestampMicrosecondArray::from(micros.to_vec())) as ArrayRef,
+            ),
+            ("delay", Arc::new(Int64Array::from(vec![1, 7])) as ArrayRef),
+            (
+                "distance",
+                Arc::new(Int64Array::from(vec![100, 200])) as ArrayRef,
+            ),
+            (
+                "origin",
+                Arc::new(StringArray::from(vec!["LAS", "SFO"])) as ArrayRef,
+            ),
+            (
+                "destination",
+                Arc::new(StringArray::from(vec!["PHL", "JFK"])) as ArrayRef,
+            ),
+        ],
+    );
+    let out = dir.path().join("out-parquet");
+    let o = run(&input, &out, &dead_letter);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dead = dead_letters(&out);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["record"], 2);
+    let row: serde_json::Value = serde_json::from_str(dead[0]["text"].as_str().unwrap()).unwrap();
+    let fields = ["date", "delay", "distance", "origin", "destination"];
+    let got: Vec<String> = fields.iter().map(|f| row[f].to_string()).collect();
+    assert_eq!(
+        got,
+        ["\"2001-01-01T00:01:00\"", "7", "200", "\"SFO\"", "\"JFK\""]
+    );
+    assert!(dead[0].get("byte_offset").is_none(), "{}", dead[0]);
+}

@@ -804,6 +804,7 @@ fn unparsed<I>() -> ParseFn<I> {
             record: 0,
             field: None,
             reason: "a generator source has no rows to parse".into(),
+            ..Default::default()
         })
     })
 }

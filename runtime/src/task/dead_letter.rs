@@ -1,5 +1,6 @@
 //! Where bad records go under `bad-input.policy=dead-letter`: part files
-//! `dead-letter-0-*.jsonl` in the output directory (the error as JSON), or
+//! `dead-letter-0-*.jsonl` in the output directory (the error as JSON, with
+//! the record's text and where it starts: see `Input::with_text`), or
 //! a Kafka topic (`bad-input.dead-letter-topic`): the message as it came
 //! (its key and value; for a file input, the error as JSON) with the
 //! reason in the header `strata.reason` and where it came from in

@@ -31,8 +31,10 @@ struct ReadRow {
 
 /// Where a record came from.
 pub(crate) enum Cursor {
-    /// A file: the position and progress after the record.
+    /// A file: where the record starts (bytes; text formats), and the
+    /// position and progress after it.
     File {
+        start: u64,
         position: Position,
         progress: (u64, u64),
     },
@@ -183,6 +185,7 @@ impl KafkaDecoding {
             record: f.offset as u64,
             field: None,
             reason,
+            ..Default::default()
         };
         match f.payload.as_deref() {
             None => Err(bad("the message has no value (a tombstone)".into())),
@@ -261,12 +264,14 @@ impl<I> Input<I> {
             InputKind::File { source, .. } => {
                 let mut n = 0;
                 while n < max {
+                    let start = source.position().byte_offset;
                     let Some(row) = source.next_row()? else {
                         break;
                     };
                     chunk.push_back(parsed(ReadRow {
                         row,
                         cursor: Cursor::File {
+                            start,
                             position: source.position(),
                             progress: source.progress(),
                         },
@@ -323,6 +328,7 @@ impl<I> Input<I> {
             record: f.offset as u64,
             field: None,
             reason,
+            ..Default::default()
         })
     }
 
@@ -343,6 +349,33 @@ impl<I> Input<I> {
             bad.reason = format!("message {topic}/{p} offset {}: {}", f.offset, bad.reason);
         }
         bad
+    }
+
+    /// Gives `bad`, read at `at`, the record itself, for a dead letter: a
+    /// file's record read again (see `FileSource::record_text`), a Kafka
+    /// message's value.
+    ///
+    /// Errors: the input file can no longer be read.
+    pub(crate) fn with_text(&self, mut bad: RecordError, at: &Cursor) -> Result<RecordError> {
+        match (&self.kind, at) {
+            (
+                InputKind::File { source, .. },
+                Cursor::File {
+                    start, position, ..
+                },
+            ) => {
+                bad.text = Some(source.record_text(*start, position)?);
+                bad.byte_offset = (position.byte_offset > 0).then_some(*start);
+            }
+            (_, Cursor::Kafka(f)) => {
+                bad.text = f
+                    .payload
+                    .as_deref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+            }
+            _ => {}
+        }
+        Ok(bad)
     }
 
     /// Notes that the record at `at` was handled (routed or bad); returns

@@ -204,6 +204,7 @@ impl<I: Send + 'static> SourceTask<I> {
                     record: at.record_number(),
                     field: None,
                     reason: format!("its event time: {reason}"),
+                    ..Default::default()
                 };
                 return self.bad_record(bad, at);
             }
@@ -222,6 +223,7 @@ impl<I: Send + 'static> SourceTask<I> {
                     format_timestamp(ts),
                     format_timestamp(bound)
                 ),
+                ..Default::default()
             };
             return self.bad_record(bad, at);
         }
@@ -294,7 +296,10 @@ impl<I: Send + 'static> SourceTask<I> {
         match self.policy {
             BadInputPolicy::Fail => Err(RuntimeError::BadRecord(bad)),
             BadInputPolicy::DeadLetter => {
-                tokio::task::block_in_place(|| self.dead_letter.write(&bad, at))?;
+                tokio::task::block_in_place(|| {
+                    let bad = self.source.with_text(bad, at)?;
+                    self.dead_letter.write(&bad, at)
+                })?;
                 self.dead_letters += 1;
                 self.progress
                     .dead_letters
