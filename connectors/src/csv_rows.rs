@@ -13,17 +13,63 @@
 //! Line ends may be LF, CRLF or CR.
 
 use crate::error::{RecordError, Result};
-use crate::file_source::{corrupt, missing, typed_row, RowReader, RowResult};
+use crate::file_source::{corrupt, missing, too_long, typed_row, RowReader, RowResult};
 use crate::row::{parse_text, Schema};
-use crate::{ConnectorError, Position};
+use crate::{ConnectorError, Position, SourceOptions};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+/// The file under the CSV reader: a read fails with [`LineTooLong`] once
+/// a line runs past `max` bytes, which the `csv` crate would otherwise
+/// gather whole into its record (`source.max-record-bytes`).
+struct LineLimit {
+    file: File,
+    max: u64,
+    /// Bytes since the last line end.
+    run: u64,
+}
+
+#[derive(Debug)]
+struct LineTooLong;
+
+impl std::fmt::Display for LineTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a line longer than source.max-record-bytes")
+    }
+}
+
+impl std::error::Error for LineTooLong {}
+
+impl Read for LineLimit {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.run = match buf[..n].iter().rposition(|b| is_line_end(*b)) {
+            Some(i) => (n - i - 1) as u64,
+            None => self.run + n as u64,
+        };
+        if self.run > self.max {
+            return Err(std::io::Error::other(LineTooLong));
+        }
+        Ok(n)
+    }
+}
+
+impl Seek for LineLimit {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.run = 0;
+        self.file.seek(to)
+    }
+}
+
+fn is_too_long(e: &csv::Error) -> bool {
+    matches!(e.kind(), csv::ErrorKind::Io(io) if io.get_ref().is_some_and(|r| r.is::<LineTooLong>()))
+}
+
 pub(crate) struct CsvRows {
     path: PathBuf,
     line: u64,
-    reader: csv::Reader<File>,
+    reader: csv::Reader<LineLimit>,
     /// A second handle on the file, to look at the raw bytes of a suspect
     /// record.
     raw: File,
@@ -33,6 +79,7 @@ pub(crate) struct CsvRows {
     number: u64,
     offset: u64,
     multiline_fields: bool,
+    max_line: u64,
 }
 
 fn is_line_end(b: u8) -> bool {
@@ -48,9 +95,13 @@ impl CsvRows {
         path: &Path,
         schema: &Schema,
         start: Position,
-        multiline_fields: bool,
+        options: &SourceOptions,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(ConnectorError::io(path))?;
+        let file = LineLimit {
+            file: File::open(path).map_err(ConnectorError::io(path))?,
+            max: options.max_record_bytes,
+            run: 0,
+        };
         let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
         let headers: Vec<String> = reader
             .headers()
@@ -87,7 +138,8 @@ impl CsvRows {
             record: csv::StringRecord::new(),
             number: start.records,
             offset,
-            multiline_fields,
+            multiline_fields: options.csv_multiline_fields,
+            max_line: options.max_record_bytes,
         })
     }
 
@@ -157,6 +209,63 @@ impl CsvRows {
         })
     }
 
+    /// The line from `start` runs past `source.max-record-bytes`: finds its
+    /// end in the raw file (64 KiB at a time, never holding it), goes on
+    /// at the next line and reports the line as a bad record.
+    fn skip_long_line(&mut self, start: &csv::Position) -> Result<RecordError> {
+        let io = ConnectorError::io(&self.path);
+        let mut buf = vec![0u8; 1 << 16];
+        let mut at = start.byte();
+        let (mut breaks_before, mut len, mut began) = (0u64, 0u64, false);
+        let mut raw = &self.raw;
+        let end = (|| loop {
+            raw.seek(SeekFrom::Start(at))?;
+            let n = raw.read(&mut buf)?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>((at, false));
+            }
+            for (i, b) in buf[..n].iter().enumerate() {
+                match (began, is_line_end(*b)) {
+                    (false, true) => breaks_before += u64::from(*b == b'\n'),
+                    (_, true) => return Ok((at + i as u64 + 1, *b == b'\r')),
+                    (_, false) => {
+                        began = true;
+                        len += 1;
+                    }
+                }
+            }
+            at += n as u64;
+        })()
+        .map_err(io)?;
+        // Just after the line end (at the end of the file without one).
+        let (mut next, cr) = end;
+        let mut after = [0u8; 1];
+        if cr
+            && raw.seek(SeekFrom::Start(next)).is_ok()
+            && raw.read(&mut after).is_ok_and(|n| n == 1)
+            && after[0] == b'\n'
+        {
+            next += 1;
+        }
+        let line = start.line() + breaks_before;
+        let mut resume = csv::Position::new();
+        resume
+            .set_byte(next)
+            .set_line(line + 1)
+            .set_record(start.record() + 1);
+        self.reader
+            .seek(resume.clone())
+            .map_err(|e| corrupt(&self.path, "CSV", e))?;
+        self.offset = resume.byte();
+        self.line = resume.line();
+        Ok(RecordError {
+            record: self.number,
+            field: None,
+            reason: too_long("the line is", len, self.max_line),
+            ..Default::default()
+        })
+    }
+
     /// The record just read, checked for stray quotes, as a typed row.
     fn checked_row(&mut self, start: &csv::Position, end: &csv::Position) -> Result<RowResult> {
         if self.spans_lines() {
@@ -201,6 +310,7 @@ impl RowReader for CsvRows {
         self.number += 1;
         match read {
             Ok(false) => Ok(None),
+            Err(e) if is_too_long(&e) => self.skip_long_line(&start).map(|bad| Some(Err(bad))),
             Err(e) if e.is_io_error() => Err(corrupt(&self.path, "CSV", e)),
             Err(e) => Ok(Some(Err(RecordError {
                 record: self.number,

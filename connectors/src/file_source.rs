@@ -51,7 +51,7 @@ impl Format {
 }
 
 /// How a source reads its input (`source.*` configuration keys).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceOptions {
     /// CSV: whether a quoted field may hold line breaks
     /// (`source.csv.multiline-fields`, default false). When it may not, a
@@ -59,6 +59,25 @@ pub struct SourceOptions {
     /// (a stray quote, which would otherwise swallow the lines up to the
     /// next quote) and reading goes on at the next line.
     pub csv_multiline_fields: bool,
+    /// The longest line of a text file (CSV, JSON lines), and the longest
+    /// text value of a Parquet row, in bytes (`source.max-record-bytes`,
+    /// default [`DEFAULT_MAX_RECORD_BYTES`]). A longer one is a bad record,
+    /// read past without being held whole, so one huge line never costs
+    /// more memory than this.
+    pub max_record_bytes: u64,
+}
+
+/// The default of [`SourceOptions::max_record_bytes`]: 1 MiB, as Kafka's
+/// default largest message.
+pub const DEFAULT_MAX_RECORD_BYTES: u64 = 1 << 20;
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        Self {
+            csv_multiline_fields: false,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+        }
+    }
 }
 
 /// How far a source has read: the replay point a checkpoint records.
@@ -100,6 +119,7 @@ pub struct FileSource {
     path: PathBuf,
     format: Format,
     schema: Schema,
+    max_record_bytes: u64,
     identity: Identity,
     reader: Box<dyn RowReader>,
     records: u64,
@@ -142,25 +162,26 @@ impl FileSource {
         };
         let (reader, total_records): (Box<dyn RowReader>, _) = match format {
             Format::Parquet => {
-                let r = ParquetRows::open(path, schema, start)?;
+                let r = ParquetRows::open(path, schema, start, options.max_record_bytes)?;
                 let total = r.total;
                 (Box::new(r), Some(total))
             }
-            Format::Csv => (
-                Box::new(CsvRows::open(
+            Format::Csv => (Box::new(CsvRows::open(path, schema, start, options)?), None),
+            Format::JsonLines => (
+                Box::new(JsonRows::open(
                     path,
                     schema,
                     start,
-                    options.csv_multiline_fields,
+                    options.max_record_bytes,
                 )?),
                 None,
             ),
-            Format::JsonLines => (Box::new(JsonRows::open(path, schema, start)?), None),
         };
         Ok(Self {
             path: path.to_owned(),
             format,
             schema: schema.clone(),
+            max_record_bytes: options.max_record_bytes,
             identity,
             reader,
             records: start.records,
@@ -261,22 +282,30 @@ impl FileSource {
     /// its line ends (and a leading byte-order mark), bytes that are not
     /// UTF-8 as U+FFFD; for Parquet the row as a JSON object of the job's
     /// columns. For dead letters, which must hold the record itself.
+    /// `None` for a record longer than `source.max-record-bytes` (its
+    /// dead letter says where it starts and how long it is instead).
     ///
     /// Errors: the file can no longer be read.
-    pub fn record_text(&self, start: u64, after: &Position) -> Result<String> {
+    pub fn record_text(&self, start: u64, after: &Position) -> Result<Option<String>> {
         if self.format == Format::Parquet {
             let before = Position {
                 records: after.records.saturating_sub(1),
                 ..Position::default()
             };
-            let row = ParquetRows::open(&self.path, &self.schema, before)?.next_row()?;
+            let row = ParquetRows::open(&self.path, &self.schema, before, u64::MAX)?.next_row()?;
             return Ok(match row {
-                Some(Ok(row)) => row.to_json(&self.schema).to_string(),
-                _ => String::new(),
+                Some(Ok(row)) if row.text_bytes() <= self.max_record_bytes => {
+                    Some(row.to_json(&self.schema).to_string())
+                }
+                _ => None,
             });
         }
         use std::io::Read;
         let len = after.byte_offset.saturating_sub(start);
+        // The line and up to two line ends before and after it.
+        if len > self.max_record_bytes + 4 {
+            return Ok(None);
+        }
         let mut bytes = Vec::with_capacity(len as usize);
         let mut file = File::open(&self.path).map_err(ConnectorError::io(&self.path))?;
         file.seek(SeekFrom::Start(start))
@@ -284,7 +313,7 @@ impl FileSource {
             .map_err(ConnectorError::io(&self.path))?;
         let text = String::from_utf8_lossy(&bytes);
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-        Ok(text.trim_matches(['\r', '\n']).to_owned())
+        Ok(Some(text.trim_matches(['\r', '\n']).to_owned()))
     }
 
     /// Progress as (done, total) in records (Parquet) or bytes (text).
@@ -335,6 +364,7 @@ struct ParquetRows {
     batch_len: usize,
     number: u64,
     total: u64,
+    max_record_bytes: u64,
 }
 
 /// The arrow type a field is cast to, if the column's type can be read as it.
@@ -360,7 +390,7 @@ fn arrow_target(ty: FieldType, found: &DataType) -> Option<DataType> {
 }
 
 impl ParquetRows {
-    fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
+    fn open(path: &Path, schema: &Schema, start: Position, max_record_bytes: u64) -> Result<Self> {
         let file = File::open(path).map_err(ConnectorError::io(path))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| corrupt(path, "Parquet", e))?;
@@ -400,6 +430,7 @@ impl ParquetRows {
             batch_len: 0,
             number: start.records,
             total,
+            max_record_bytes,
         })
     }
 
@@ -460,10 +491,20 @@ impl RowReader for ParquetRows {
             .map(|c| self.value(c, self.schema.fields[c].1))
             .collect();
         self.row_in_batch += 1;
-        Ok(Some(Ok(Row {
+        let row = Row {
             number: self.number,
             values,
-        })))
+        };
+        let bytes = row.text_bytes();
+        if bytes > self.max_record_bytes {
+            return Ok(Some(Err(RecordError {
+                record: self.number,
+                field: None,
+                reason: too_long("the row's text values are", bytes, self.max_record_bytes),
+                ..Default::default()
+            })));
+        }
+        Ok(Some(Ok(row)))
     }
 
     fn byte_offset(&self) -> u64 {
@@ -497,10 +538,50 @@ struct JsonRows {
     line: Vec<u8>,
     number: u64,
     offset: u64,
+    max_line: u64,
+}
+
+/// The reason of a record over `source.max-record-bytes`.
+pub(crate) fn too_long(what: &str, bytes: u64, max: u64) -> String {
+    format!("{what} {bytes} bytes, more than source.max-record-bytes ({max})")
+}
+
+/// Reads one line, through its `\n`, into `line`, holding at most `max`
+/// bytes of it (line end excluded): the bytes consumed (0 at the end) and,
+/// for a longer line, its length (then `line` is left empty).
+fn read_line_bounded(
+    r: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: u64,
+) -> std::io::Result<(u64, Option<u64>)> {
+    let (mut consumed, mut long) = (0u64, None::<u64>);
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok((consumed, long));
+        }
+        let newline = buf.iter().position(|b| *b == b'\n');
+        let take = newline.map_or(buf.len(), |i| i + 1);
+        let content = (take - usize::from(newline.is_some())) as u64;
+        match &mut long {
+            Some(len) => *len += content,
+            None if line.len() as u64 + content > max => {
+                long = Some(line.len() as u64 + content);
+                line.clear();
+                line.shrink_to(1 << 16);
+            }
+            None => line.extend_from_slice(&buf[..take]),
+        }
+        r.consume(take);
+        consumed += take as u64;
+        if newline.is_some() {
+            return Ok((consumed, long));
+        }
+    }
 }
 
 impl JsonRows {
-    fn open(path: &Path, schema: &Schema, start: Position) -> Result<Self> {
+    fn open(path: &Path, schema: &Schema, start: Position, max_line: u64) -> Result<Self> {
         let mut file = File::open(path).map_err(ConnectorError::io(path))?;
         file.seek(SeekFrom::Start(start.byte_offset))
             .map_err(ConnectorError::io(path))?;
@@ -511,6 +592,7 @@ impl JsonRows {
             line: Vec::new(),
             number: start.records,
             offset: start.byte_offset,
+            max_line,
         })
     }
 
@@ -576,15 +658,17 @@ impl RowReader for JsonRows {
     fn next_row(&mut self) -> Result<Option<RowResult>> {
         loop {
             self.line.clear();
-            let n = self
-                .lines
-                .read_until(b'\n', &mut self.line)
+            let (n, long) = read_line_bounded(&mut self.lines, &mut self.line, self.max_line)
                 .map_err(ConnectorError::io(&self.path))?;
             if n == 0 {
                 return Ok(None);
             }
             let at_start = self.offset == 0;
-            self.offset += n as u64;
+            self.offset += n;
+            if let Some(len) = long {
+                self.number += 1;
+                return self.bad(too_long("the line is", len, self.max_line));
+            }
             // A UTF-8 byte-order mark opens the file, not the first record
             // (as the CSV reader treats it).
             let line = match self.line.strip_prefix(b"\xEF\xBB\xBF") {

@@ -35,7 +35,9 @@ mod throttle;
 pub use csv_rows::csv_value_row;
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{already_holds, committed_parts, FileSink, PendingFile, SinkState};
-pub use file_source::{json_row, FileSource, Format, Position, RowResult, SourceOptions};
+pub use file_source::{
+    json_row, FileSource, Format, Position, RowResult, SourceOptions, DEFAULT_MAX_RECORD_BYTES,
+};
 pub use identity::InputIdentity;
 pub use row::{
     check_timestamp, format_timestamp, parse_text, FieldType, Row, Schema, Value, MAX_TIMESTAMP_MS,

@@ -111,6 +111,18 @@ impl Row {
         serde_json::Value::Object(fields.collect())
     }
 
+    /// Bytes of the row's text values (what `source.max-record-bytes`
+    /// bounds for a Parquet row).
+    pub fn text_bytes(&self) -> u64 {
+        self.values
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.len() as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+
     fn error(&self, schema: &Schema, i: usize, reason: String) -> RecordError {
         RecordError {
             record: self.number,

@@ -221,10 +221,46 @@ fn stray_quotes_never_swallow_lines_whatever_the_line_ends() {
 fn quoted_line_breaks_are_read_when_allowed_and_an_unclosed_quote_still_is_not() {
     let allowed = strata_connectors::SourceOptions {
         csv_multiline_fields: true,
+        ..Default::default()
     };
     let text = "user,n\na,1\n\"two\nlines\",2\nc,3\n";
     assert_eq!(cells(text, allowed), ["a", "two\nlines", "c"]);
     assert_eq!(cells(text, Default::default()), ["a", "!", "lines\"", "c"]);
     let unclosed = "user,n\na,1\n\"b,2\nc,3\nd,4\n";
     assert_eq!(cells(unclosed, allowed), ["a", "!", "c", "d"]);
+}
+
+#[test]
+fn lines_over_the_record_limit_are_bad_records_and_reading_resumes_exactly_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "x".repeat(strata_connectors::DEFAULT_MAX_RECORD_BYTES as usize + 70_000);
+    for end in ["\n", "\r\n", "\r"] {
+        let csv = dir.path().join("in.csv");
+        let mut lines = vec!["user,n".to_owned()];
+        for i in 0..8 {
+            lines.push(format!("u{i},{i}"));
+            if i % 3 == 0 {
+                lines.push(format!("{long},{i}"));
+            }
+        }
+        std::fs::write(&csv, lines.join(end) + end).unwrap();
+        let all = read_all(&csv, Format::Csv, Position::default());
+        let bad: Vec<String> = all
+            .iter()
+            .filter_map(|(r, _)| r.as_ref().err().map(|e| e.reason.clone()))
+            .collect();
+        assert_eq!(bad.len(), 3, "{end:?}: {bad:?}");
+        assert!(bad[0].contains("source.max-record-bytes"), "{}", bad[0]);
+        assert_resumable(&csv, Format::Csv);
+    }
+    let json = dir.path().join("in.jsonl");
+    let mut text = String::new();
+    for i in 0..8 {
+        text.push_str(&format!("{{\"user\":\"u{i}\",\"n\":{i}}}\n"));
+        if i % 3 == 0 {
+            text.push_str(&format!("{{\"user\":\"{long}\",\"n\":{i}}}\n"));
+        }
+    }
+    std::fs::write(&json, text).unwrap();
+    assert_resumable(&json, Format::JsonLines);
 }

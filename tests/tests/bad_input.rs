@@ -437,3 +437,105 @@ fn dead_letters_of_every_file_format_hold_the_record_as_read_and_where_it_starts
     );
     assert!(dead[0].get("byte_offset").is_none(), "{}", dead[0]);
 }
+
+/// Runs the job on `input` and returns how it ended with its peak
+/// resident memory in bytes (VmHWM, read until it exits).
+fn run_measuring_memory(input: &Path, out: &Path, extra: &[&str]) -> (std::process::Output, u64) {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(strata_bin())
+        .args(route_history_args(input, out, None, extra))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        let kb = std::fs::read_to_string(&status)
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmHWM:"))?.to_owned();
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .unwrap_or(0);
+        peak = peak.max(kb * 1024);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    (child.wait_with_output().unwrap(), peak)
+}
+
+#[test]
+fn a_50_mb_line_is_a_bad_record_read_past_in_less_memory_than_the_line_and_deep_json_is_one_too() {
+    const LINE: usize = 50_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let good = |minute: u32| {
+        format!(
+            r#"{{"date":"2001-01-01T00:0{minute}:00","delay":1,"distance":100,"origin":"LAS","destination":"PHL"}}"#
+        )
+    };
+    let huge = format!(
+        r#"{{"date":"2001-01-01T00:02:00","delay":2,"distance":100,"origin":"{}","destination":"PHL"}}"#,
+        "A".repeat(LINE)
+    );
+    let deep = format!(
+        r#"{{"date":"2001-01-01T00:04:00","delay":4,"distance":100,"origin":{}{},"destination":"PHL"}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let json = dir.path().join("f.jsonl");
+    std::fs::write(
+        &json,
+        format!("{}\n{huge}\n{}\n{deep}\n{}\n", good(1), good(3), good(5)),
+    )
+    .unwrap();
+    let csv = dir.path().join("f.csv");
+    std::fs::write(
+        &csv,
+        format!(
+            "date,delay,distance,origin,destination\n2001-01-01T00:01:00,1,100,LAS,PHL\r\n2001-01-01T00:02:00,2,100,{},PHL\r\n2001-01-01T00:03:00,3,100,LAS,PHL\n",
+            "A".repeat(LINE)
+        ),
+    )
+    .unwrap();
+    for (input, bad, good_records) in [(&json, vec![2, 4], 3), (&csv, vec![2], 2)] {
+        let out = dir.path().join(format!("out-{}", good_records));
+        let (o, peak) = run_measuring_memory(input, &out, &["-D", "bad-input.policy=dead-letter"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            peak < LINE as u64,
+            "{}: peak RSS {peak} bytes, more than the line itself",
+            input.display()
+        );
+        assert_eq!(read_output(&out).len(), good_records);
+        let dead = dead_letters(&out);
+        let records: Vec<u64> = dead.iter().map(|d| d["record"].as_u64().unwrap()).collect();
+        assert_eq!(records, bad);
+        let reason = dead[0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("more than source.max-record-bytes (1048576)"),
+            "{reason}"
+        );
+        assert!(
+            dead[0].get("text").is_none(),
+            "the huge line was held: {}",
+            &reason
+        );
+        if dead.len() > 1 {
+            assert!(
+                dead[1]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("recursion limit"),
+                "{}",
+                dead[1]
+            );
+            assert_eq!(dead[1]["text"].as_str().unwrap(), deep);
+        }
+    }
+    // Under the fail policy: one line, naming the record and the key.
+    let e = one_line_error(&csv);
+    assert!(
+        e.contains("record 2") && e.contains("source.max-record-bytes"),
+        "{e}"
+    );
+}

@@ -23,6 +23,7 @@
 //! | `channel.batch-size` | 512 | 1–65536 | records per batch |
 //! | `watermark.out-of-orderness` | `0s` | 0–365d | how far behind the newest timestamp a record may be |
 //! | `watermark.interval` | `200ms` | 1ms–1h | how often the source emits a watermark and sends partial batches |
+//! | `source.max-record-bytes` | `1MiB` | 1KB–1GB | the longest line of a CSV or JSON-lines input (and text of a Parquet row); a longer one is a bad record, read past without being held |
 //! | `source.csv.multiline-fields` | `false` | `true`, `false` | whether a quoted CSV field may hold line breaks (if not, one that does is a bad record: a stray quote) |
 //! | `query.partitioner` | `consistent` | `consistent`, `murmur2` | in a consumer group, how `--query-addr` finds a key's partition: librdkafka's default (CRC-32, what `strata topic load` writes) or the Java clients' (Kafka Streams') |
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
@@ -107,6 +108,8 @@ pub struct JobConfig {
     pub bad_input: BadInputPolicy,
     /// Whether a quoted CSV field may hold line breaks.
     pub csv_multiline_fields: bool,
+    /// `source.max-record-bytes`: the longest record of a file input.
+    pub max_record_bytes: u64,
     /// How a consumer group's query endpoint finds a key's partition.
     pub query_partitioner: crate::query::Partitioner,
     /// L2 bytes on disk per instance beyond which cold keys move to L3.
@@ -143,6 +146,7 @@ impl Default for JobConfig {
             watermark_interval: Duration::from_millis(200),
             bad_input: BadInputPolicy::Fail,
             csv_multiline_fields: false,
+            max_record_bytes: strata_connectors::DEFAULT_MAX_RECORD_BYTES,
             query_partitioner: crate::query::Partitioner::Consistent,
             l2_capacity: None,
             l3: L3Settings::default(),
@@ -392,6 +396,7 @@ impl JobConfig {
                     }
                 }
             }
+            "source.max-record-bytes" => self.max_record_bytes = size(key, v, 1_000..=GB)?,
             "source.csv.multiline-fields" => {
                 self.csv_multiline_fields = match text(key, v)?.trim() {
                     "true" => true,

@@ -314,6 +314,7 @@ where
     fn source_options(&self) -> SourceOptions {
         SourceOptions {
             csv_multiline_fields: self.config.csv_multiline_fields,
+            max_record_bytes: self.config.max_record_bytes,
         }
     }
 

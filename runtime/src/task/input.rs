@@ -364,7 +364,7 @@ impl<I> Input<I> {
                     start, position, ..
                 },
             ) => {
-                bad.text = Some(source.record_text(*start, position)?);
+                bad.text = source.record_text(*start, position)?;
                 bad.byte_offset = (position.byte_offset > 0).then_some(*start);
             }
             (_, Cursor::Kafka(f)) => {
