@@ -5,8 +5,9 @@
 //! checkpoint without downloading it, with the uninterrupted output;
 //! uploads are incremental; retention leaves nothing a kept checkpoint does
 //! not list; a bucket that is not there, an empty prefix to restore from,
-//! or a prefix holding objects strata did not write, is a clear error; and
-//! a corrupt object is refused as it is downloaded.
+//! or a prefix holding objects strata did not write, is a clear error; a
+//! corrupt object is refused as it is downloaded; and a second job on a
+//! prefix in use is refused, while one whose holder is gone takes it over.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -356,5 +357,94 @@ fn a_corrupt_object_is_refused_on_download_naming_it_its_checkpoint_and_those_fr
             .join(&object)
             .exists(),
         "the corrupt file was kept in the local copy"
+    );
+}
+
+/// The lease `_owner` as another machine's job writes it, beat `beat`.
+fn foreign_owner(beat: u64) -> Vec<u8> {
+    format!(r#"{{"host":"another-machine","pid":4242,"run":7,"beat":{beat}}}"#).into_bytes()
+}
+
+#[test]
+fn a_second_job_on_a_prefix_in_use_is_refused_and_one_whose_holder_is_gone_takes_it_over() {
+    require_s3();
+    let input = flights_head(200_000);
+    let dir = tempfile::tempdir().unwrap();
+    // A job of this machine runs on the prefix: a second one is refused at
+    // once, naming it, and the first finishes exactly.
+    let prefix = Prefix::unique("lease");
+    let extra = [
+        "-D",
+        "checkpoint.interval=1s",
+        "-D",
+        "source.max-records-per-second=40000",
+    ];
+    let first = route_history_over(&input, &dir.path().join("a"), &prefix.url, &extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !prefix.objects().iter().any(|o| o == "_owner") {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no lease taken"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = route_history_over(&input, &dir.path().join("b"), &prefix.url, &[])
+        .output()
+        .unwrap();
+    let line = error_line(&o);
+    assert!(
+        line.contains("is in use by another job")
+            && line.contains(&format!("(pid {})", first.id()))
+            && line.contains("runs on this host"),
+        "{line}"
+    );
+    succeeded(first.wait_with_output().unwrap());
+    let got = read_output(&dir.path().join("a"));
+    assert!(
+        first_difference(&got, &reference_route_history(&input)).is_none(),
+        "the first job's output differs"
+    );
+    assert!(
+        !prefix.objects().iter().any(|o| o == "_owner"),
+        "a normal end left the lease behind"
+    );
+
+    // Another machine's job renews its lease: refused after watching it.
+    let other = std::sync::Arc::new(Prefix::unique("lease-other"));
+    other.put("_owner", &foreign_owner(0));
+    let renewing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let renewer = {
+        let (renewing, other) = (renewing.clone(), other.clone());
+        std::thread::spawn(move || {
+            let mut beat = 0;
+            while renewing.load(std::sync::atomic::Ordering::Relaxed) {
+                beat += 1;
+                other.put("_owner", &foreign_owner(beat));
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let o = route_history_over(&input, &dir.path().join("c"), &other.url, &[])
+        .output()
+        .unwrap();
+    let line = error_line(&o);
+    assert!(
+        line.contains("strata on host another-machine (pid 4242) renewed its lease"),
+        "{line}"
+    );
+    // Its holder is gone (it stops renewing): taken over after the wait.
+    renewing.store(false, std::sync::atomic::Ordering::Relaxed);
+    renewer.join().unwrap();
+    let stderr = succeeded(
+        route_history_over(&input, &dir.path().join("d"), &other.url, &[])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        stderr.contains("waiting 7 s to see whether that job still runs"),
+        "{stderr}"
     );
 }

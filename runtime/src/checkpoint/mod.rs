@@ -39,6 +39,7 @@
 //! them.
 
 pub(crate) mod coordinator;
+pub mod lease;
 pub mod remote;
 pub mod storage;
 

@@ -31,8 +31,8 @@
 //! The store is reached with the standard AWS settings from the
 //! environment (`AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //! `AWS_REGION`, `AWS_ALLOW_HTTP`); `scripts/s3.sh env` prints those of the
-//! test server. One job writes to a prefix at a time: the lock is the local
-//! copy's, so two machines must not share a prefix.
+//! test server. One job writes to a prefix at a time: it holds the lease
+//! `_owner` there (see [`super::lease`]).
 //!
 //! Blocking: every method waits on the network; call them from blocking
 //! threads (`spawn_blocking`, `block_in_place`), as the rest of
@@ -137,11 +137,20 @@ enum Kind {
     /// Not strata's (e.g. another job's prefix below this one): never
     /// deleted, downloaded or counted.
     Foreign,
+    /// The job's lease on the prefix (`_owner`, see [`super::lease`]):
+    /// only the lease reads, writes and deletes it.
+    Lease,
 }
+
+/// The lease's object, relative to the prefix.
+const OWNER: &str = "_owner";
 
 fn kind(rel: &str) -> Kind {
     if rel.starts_with("shared/") {
         return Kind::Shared;
+    }
+    if rel == OWNER {
+        return Kind::Lease;
     }
     let id = rel
         .strip_prefix("chk-")
@@ -292,7 +301,7 @@ impl Remote {
 
     /// Every object under the prefix: its name relative to the prefix and
     /// its size in bytes.
-    fn objects(&self) -> Result<BTreeMap<String, u64>> {
+    pub(crate) fn objects(&self) -> Result<BTreeMap<String, u64>> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         let listed: Vec<_> = io()
             .block_on(self.store.list(prefix).try_collect())
@@ -489,7 +498,7 @@ impl Remote {
                 // commit (a stale local one must never overwrite them).
                 .filter(|(rel, _)| match kind(rel) {
                     Kind::Private(n) => n == id,
-                    Kind::Foreign => false,
+                    Kind::Foreign | Kind::Lease => false,
                     Kind::Shared | Kind::Other => true,
                 })
                 .filter(|(rel, stamp)| match uploaded.get(rel) {
@@ -517,6 +526,31 @@ impl Remote {
         let mut uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
         uploaded.extend(sent.into_iter().map(|(rel, stamp, _)| (rel, stamp)));
         Ok(())
+    }
+
+    /// The lease object's content, if there is one (see [`super::lease`]).
+    pub(crate) fn read_owner(&self) -> Result<Option<Vec<u8>>> {
+        let got = io().block_on(async { self.store.get(&self.path(OWNER)).await?.bytes().await });
+        match got {
+            Ok(body) => Ok(Some(body.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(format_args!("reading {OWNER}"), e)),
+        }
+    }
+
+    /// Writes the lease object.
+    pub(crate) fn put_owner(&self, body: &[u8]) -> Result<()> {
+        io().block_on(
+            self.store
+                .put(&self.path(OWNER), PutPayload::from(body.to_vec())),
+        )
+        .map(|_| ())
+        .map_err(|e| self.error(format_args!("writing {OWNER}"), e))
+    }
+
+    /// Deletes the lease object.
+    pub(crate) fn delete_owner(&self) -> Result<()> {
+        self.delete(vec![OWNER.to_owned()])
     }
 
     /// Puts checkpoint `id`'s `_metadata`: the checkpoint exists in the
@@ -585,7 +619,7 @@ impl Remote {
             Kind::Private(id) => !kept_ids.contains(&id) && id <= newest,
             Kind::Shared => !live.contains(rel.as_str()),
             Kind::Other => !local.contains_key(rel),
-            Kind::Foreign => false,
+            Kind::Foreign | Kind::Lease => false,
         });
         self.delete(stale.collect())
     }
@@ -601,7 +635,7 @@ impl Remote {
         let dead = objects.into_keys().filter(|rel| match kind(rel) {
             Kind::Private(id) => !ids.contains(&id),
             Kind::Shared => !live.contains(rel.as_str()),
-            Kind::Other | Kind::Foreign => false,
+            Kind::Other | Kind::Foreign | Kind::Lease => false,
         });
         self.delete(dead.collect())
     }
@@ -652,7 +686,7 @@ impl Remote {
                 Kind::Shared => wanted.contains(rel.as_str()) && !same_size(&here, rel, **size),
                 // Staged parts may reuse a name with other content.
                 Kind::Other => true,
-                Kind::Foreign => false,
+                Kind::Foreign | Kind::Lease => false,
             })
             .map(|(rel, _)| rel.clone())
             .collect();

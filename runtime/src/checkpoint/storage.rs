@@ -172,6 +172,21 @@ impl CheckpointStorage {
         self.remote.as_deref()
     }
 
+    /// Takes the lease on the object store's prefix (see
+    /// [`super::lease`]) and makes every commit check it first. Without an
+    /// object store: `None`.
+    ///
+    /// Errors: another job holds the prefix; a failed request.
+    pub(crate) fn lease(&mut self) -> Result<Option<Arc<super::lease::Lease>>> {
+        let Some(remote) = &self.remote else {
+            return Ok(None);
+        };
+        let lease = Arc::new(super::lease::Lease::acquire(remote.clone())?);
+        let held = lease.clone();
+        self.fence = Some(Fence(Arc::new(move |_| held.verify())));
+        Ok(Some(lease))
+    }
+
     /// With an object store: makes this local copy hold checkpoint `id`
     /// (`None`: the object store's newest) and forgets the local
     /// checkpoints the object store lacks (their commit never finished).

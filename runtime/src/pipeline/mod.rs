@@ -465,9 +465,14 @@ where
         if let Some(url) = &parts.remote {
             storage = storage.with_remote(Remote::connect(url, self.config.storage_retry_for)?);
         }
-        if let Some(shard) = &self.shard {
-            storage = storage.with_fence(shard.fence.clone());
-        }
+        // A shard's group fences it; a job alone holds its prefix's lease.
+        let _lease = match &self.shard {
+            Some(shard) => {
+                storage = storage.with_fence(shard.fence.clone());
+                None
+            }
+            None => tokio::task::block_in_place(|| storage.lease())?,
+        };
         let _output_lock = match parts.output.dir() {
             Some(dir) => Some(lock_dir(dir, "output directory")?),
             None => None,
