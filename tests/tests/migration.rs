@@ -241,6 +241,20 @@ fn round_trip(cql: &Cql, ks: &str, connection: &[String]) {
         chk.display().to_string(),
     ];
     back.extend(defines.iter().flat_map(|d| ["-D".to_string(), d.clone()]));
+    // Killed half-way (aborted as a SIGKILL would stop it, between its
+    // first and its second batch of L3 writes), then run again: it
+    // completes, and the table holds exactly the job's state (below).
+    let o = std::process::Command::new(strata_bin())
+        .args(&back)
+        .env("STRATA_CRASH_AT", "before-l3-write:2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("reached: aborting"),
+        "the write-back did not stop half-way: {err}"
+    );
+    assert!(!chk.join("_written_back").exists());
     let o = strata(&back);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
