@@ -63,6 +63,15 @@ impl Prefix {
             .with_bucket_name("strata")
             .with_access_key_id("strata")
             .with_secret_access_key("strata-test-secret")
+            // The crash soak stops the server now and then: wait it out.
+            .with_retry(object_store::RetryConfig {
+                max_retries: 600,
+                retry_timeout: Duration::from_secs(60),
+                backoff: object_store::BackoffConfig {
+                    max_backoff: Duration::from_secs(1),
+                    ..Default::default()
+                },
+            })
             .build()
             .expect("S3 client");
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -4,7 +4,9 @@
 //! checkpoint); backpressure parks the data in Kafka (lag grows, strata's
 //! memory stays flat, partitions are paused); a zombie instance is fenced;
 //! bad messages are counted and dead-lettered, or fail the job, with a
-//! one-line reason; CSV values in any cell order give the exact output.
+//! one-line reason; CSV values in any cell order give the exact output;
+//! a second job writing the topic with the same transactional id is
+//! refused without fencing the first.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -332,6 +334,64 @@ fn a_zombie_instance_is_fenced_and_cannot_commit() {
         &reference_route_history(&head),
         "after a zombie woke up",
     );
+}
+
+#[test]
+fn a_second_job_writing_the_topic_with_the_same_transactional_id_is_refused_and_fences_no_one() {
+    require_kafka();
+    let head = flights_head(200_000);
+    let (input, output) = (unique_topic("flights-2j"), unique_topic("rh-2j"));
+    load_flights(&head, &input, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let first = run_command(
+        &input,
+        &output,
+        &chk,
+        &[
+            "-D",
+            "checkpoint.interval=500ms",
+            "-D",
+            "source.max-records-per-second=20000",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once the first job has committed output (its second checkpoint
+    // completed, and the first one's epoch was published meanwhile).
+    let started = Instant::now();
+    while !chk.join("chk-2/_metadata").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoint 2"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    while read_records(&output, true).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no committed output"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Another job (its own checkpoints) on the same topics, so the same
+    // default transactional-id prefix.
+    let o = run_command(&input, &output, &dir.path().join("other"), &[])
+        .output()
+        .unwrap();
+    let line = error_line(&o);
+    assert!(
+        line.contains("already holds output of this sink") && line.contains("another job"),
+        "{line}"
+    );
+    let o = first.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "the first job did not finish: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    check_exact(&output, &reference_route_history(&head), "the first job");
 }
 
 /// (what its reason says, key, value).

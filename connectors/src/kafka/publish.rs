@@ -305,7 +305,7 @@ fn by_number(names: Vec<String>, dir: &Path) -> Vec<(u64, PathBuf)> {
     staged
 }
 
-const FENCED: &str = "this instance was fenced by a newer one of the same job (a restore took over); it stops without committing";
+const FENCED: &str = "this instance was fenced by a newer producer with the same transactional.id: a restore of this job took over, or another job writes with the same sink.kafka.transactional-id-prefix (give each job writing a topic its own); it stops without committing";
 
 enum Failure {
     Io(ConnectorError),

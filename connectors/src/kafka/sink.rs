@@ -252,20 +252,14 @@ impl Deliveries {
     }
 }
 
-/// Exactly once: fences older producers of the id, checks the marker
-/// against `restored`, publishes what `restored` pre-committed and Kafka
-/// lacks, then starts the publisher.
+/// Exactly once: checks the marker against `restored` (a refused run
+/// fences no one), fences older producers of the id, publishes what
+/// `restored` pre-committed and Kafka lacks, then starts the publisher.
 fn open_transactional(
     o: &KafkaSinkOptions,
     producer: ThreadedProducer<Deliveries>,
     restored: Option<SinkState>,
 ) -> Result<Mode> {
-    producer
-        .init_transactions(TXN_TIMEOUT)
-        .map_err(ConnectorError::kafka(format!(
-            "init transactions of {}",
-            o.transactional_id
-        )))?;
     let marker: BaseConsumer = client_config(
         &o.brokers,
         &o.security,
@@ -280,7 +274,7 @@ fn open_transactional(
     let published = read_marker(&marker, &o.topic)?;
     let refusal = |what: &str| {
         ConnectorError::KafkaUsage(format!(
-            "topic {} already holds output of this sink (transactional.id {}, {published} epoch(s) committed) that {what} does not know of: writing on would write records twice; continue the run that wrote it (--restore latest), write to a new topic, or set sink.kafka.transactional-id-prefix",
+            "topic {} already holds output of this sink (transactional.id {}, {published} epoch(s) committed) that {what} does not know of: another job writing it with the same transactional id, or an earlier run; writing on would write records twice; continue the run that wrote it (--restore latest), write to a new topic, or give this job its own sink.kafka.transactional-id-prefix",
             o.topic, o.transactional_id
         ))
     };
@@ -290,6 +284,14 @@ fn open_transactional(
         Some(next) if published > next => return Err(refusal("the restored checkpoint")),
         _ => {}
     }
+    // Only now: a run refused above must not fence the producer of a job
+    // that is writing the topic (another job with the same id).
+    producer
+        .init_transactions(TXN_TIMEOUT)
+        .map_err(ConnectorError::kafka(format!(
+            "init transactions of {}",
+            o.transactional_id
+        )))?;
     std::fs::create_dir_all(&o.staging).map_err(ConnectorError::io(&o.staging))?;
     let mut publisher = Publisher {
         producer,

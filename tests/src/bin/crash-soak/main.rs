@@ -4,8 +4,16 @@
 //! batch computation, line by line.
 //!
 //! ```text
-//! crash-soak [--kills 100] [--seed N] [--l3 127.0.0.1:9042] [--rows N]
+//! crash-soak [--kills 100] [--seed N] [--l3 127.0.0.1:9042 | --s3 | --group] [--rows N]
 //! ```
+//!
+//! With `--group` the job runs as a consumer group of two processes over
+//! Kafka, either of which is killed (see [`group`]).
+//!
+//! With `--s3` the checkpoints live in the S3 server of `scripts/s3.sh`
+//! (`--checkpoint-dir s3://strata/<prefix>`), every other restore runs as
+//! on another machine (an empty local copy, so the checkpoint is
+//! downloaded), and the server itself is stopped for 1–4 s every 5–15 s.
 //!
 //! Kills are SIGKILLs at random moments (0.2–2.5 s after a start, 1–8 s
 //! with L3, whose checkpoints take seconds); every
@@ -17,15 +25,20 @@
 //! One line per round and a closing summary go to stdout; the exit code is
 //! 1 if any round's output differs.
 
+mod group;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use strata_tests::s3;
 use strata_tests::*;
 
 struct Args {
     kills: u64,
     seed: u64,
     l3: Option<String>,
+    s3: bool,
+    group: bool,
     rows: Option<usize>,
 }
 
@@ -36,20 +49,33 @@ fn args() -> Args {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
         l3: None,
+        s3: false,
+        group: false,
         rows: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
-            "--kills" => a.kills = value.parse().expect("--kills N"),
-            "--seed" => a.seed = value.parse().expect("--seed N"),
-            "--l3" => a.l3 = Some(value),
-            "--rows" => a.rows = Some(value.parse().expect("--rows N")),
-            other => panic!("unknown flag {other}"),
+            "--s3" => a.s3 = true,
+            "--group" => a.group = true,
+            _ => {
+                let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+                set(&mut a, &flag, value);
+            }
         }
     }
     a
+}
+
+/// Sets the option `flag` that takes a value.
+fn set(a: &mut Args, flag: &str, value: String) {
+    match flag {
+        "--kills" => a.kills = value.parse().expect("--kills N"),
+        "--seed" => a.seed = value.parse().expect("--seed N"),
+        "--l3" => a.l3 = Some(value),
+        "--rows" => a.rows = Some(value.parse().expect("--rows N")),
+        other => panic!("unknown flag {other}"),
+    }
 }
 
 /// xorshift: small, seeded, replayable.
@@ -86,7 +112,10 @@ enum End {
 struct Round<'a> {
     input: &'a Path,
     out: PathBuf,
+    /// The local checkpoint directory, or with `--s3` the local copy.
     chk: PathBuf,
+    /// With `--s3`: the prefix the checkpoints live in.
+    s3: Option<s3::Prefix>,
     extra: Vec<String>,
 }
 
@@ -94,12 +123,13 @@ impl Round<'_> {
     fn start(&self, restore: bool, crash_at: Option<String>) -> std::process::Child {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         let mut cmd = Command::new(strata_bin());
-        cmd.args(route_history_args(
-            self.input,
-            &self.out,
-            Some(&self.chk),
-            &extra,
-        ));
+        let local = self.s3.is_none().then_some(self.chk.as_path());
+        cmd.args(route_history_args(self.input, &self.out, local, &extra));
+        if let Some(prefix) = &self.s3 {
+            s3::with_s3_env(&mut cmd)
+                .args(["--checkpoint-dir", &prefix.url, "-D"])
+                .arg(format!("checkpoint.local-copy={}", self.chk.display()));
+        }
         if restore {
             cmd.args(["--restore", "latest"]);
         }
@@ -151,8 +181,49 @@ impl Round<'_> {
     }
 }
 
+/// With `--s3`: stops the S3 server for 1–4 s every 5–15 s until `done`;
+/// the number of stops.
+fn blink_s3(seed: u64, done: &std::sync::atomic::AtomicBool) -> u64 {
+    use std::sync::atomic::Ordering;
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let mut stops = 0;
+    let wait = |d: Duration| {
+        let until = Instant::now() + d;
+        while Instant::now() < until && !done.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    loop {
+        wait(Duration::from_millis(5_000 + rng.below(10_000)));
+        if done.load(Ordering::Relaxed) {
+            return stops;
+        }
+        server_script("s3.sh", &["stop"]);
+        stops += 1;
+        std::thread::sleep(Duration::from_millis(1_000 + rng.below(3_000)));
+        server_script("s3.sh", &["start"]);
+    }
+}
+
 fn main() {
     let a = args();
+    if a.group {
+        eprintln!(
+            "crash-soak: seed {} (replay with --seed {})",
+            a.seed, a.seed
+        );
+        let (summary, exact) = group::soak(&a);
+        println!("{summary}");
+        std::process::exit(i32::from(!exact));
+    }
+    if a.s3 {
+        s3::require_s3();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let blinker = a.s3.then(|| {
+        let (done, seed) = (done.clone(), a.seed);
+        std::thread::spawn(move || blink_s3(seed, &done))
+    });
     let input = match a.rows {
         Some(rows) => flights_head(rows),
         None => flights_path(),
@@ -196,14 +267,23 @@ fn main() {
                 .expect("keyspace");
             extra[i] = format!("state.l3.keyspace={ks}");
         }
-        let round = Round {
+        let mut round = Round {
             input: &input,
             out: dir.path().join("out"),
             chk: dir.path().join("chk"),
+            s3: a.s3.then(|| s3::Prefix::unique("soak")),
             extra: extra.clone(),
         };
         let mut restore = false;
         loop {
+            // Every other restore from S3 is on "another machine": an
+            // empty local copy, so the checkpoint is downloaded (once one
+            // completed: a run that never finished its first is restored
+            // on its own machine, which knows that it started).
+            let completed = |p: &s3::Prefix| p.objects().iter().any(|o| o.ends_with("/_metadata"));
+            if restore && round.s3.as_ref().is_some_and(completed) && rng.below(2) == 0 {
+                round.chk = dir.path().join(format!("chk-{restores}"));
+            }
             // With L3 a checkpoint takes seconds (cold reads hold the
             // barrier back): kills must leave room for some to complete.
             let after = match a.l3 {
@@ -235,10 +315,18 @@ fn main() {
             diff.unwrap_or_else(|| "exact".into())
         );
     }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let blinks = blinker.map_or(String::new(), |b| {
+        format!(", S3 stopped {} times", b.join().expect("blinker"))
+    });
     println!(
-        "crash-soak: {kills} SIGKILLs ({during_checkpoints} during checkpoints), {aborts} aborts during cold moves, {restores} restores, {rounds} rounds of {} records{}, {} s: {}",
+        "crash-soak: {kills} SIGKILLs ({during_checkpoints} during checkpoints), {aborts} aborts during cold moves, {restores} restores, {rounds} rounds of {} records{}{blinks}, {} s: {}",
         want.len(),
-        if a.l3.is_some() { " with L3" } else { "" },
+        match (&a.l3, a.s3) {
+            (Some(_), _) => " with L3",
+            (None, true) => " with checkpoints in S3",
+            (None, false) => "",
+        },
         started.elapsed().as_secs(),
         if bad == 0 { "every output exact".to_string() } else { format!("{bad} rounds differ") }
     );
