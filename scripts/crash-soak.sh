@@ -8,6 +8,13 @@
 #   scripts/crash-soak.sh --l3 127.0.0.1:9042 --rows 200000  # with L3 (Cassandra
 #                                   running: scripts/cassandra.sh start); also
 #                                   aborts at random cold moves
+#   scripts/crash-soak.sh --s3      # checkpoints in S3 (scripts/s3.sh start);
+#                                   every other restore on "another machine",
+#                                   and the S3 server stopped for 1-4 s every
+#                                   5-15 s
+#   scripts/crash-soak.sh --group --rows 200000  # a consumer group of two
+#                                   processes over Kafka (scripts/kafka.sh
+#                                   start), either SIGKILLed every 1-6 s
 #
 # Prints one line per round and a summary; exits 1 if any output differs.
 set -euo pipefail

@@ -192,6 +192,18 @@ impl IncrementalUploader {
         }
     }
 
+    /// Where stored SST file `name` (a RocksDB file name, `000017.sst`)
+    /// lives in checkpoint storage, if an upload or [`Self::seed`] stored
+    /// it and the newest upload still lists it.
+    pub fn stored_as(&self, name: &str) -> Option<&SnapshotFile> {
+        self.stored.get(name)
+    }
+
+    /// The checkpoint storage root this uploader writes into.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Registers the files of a snapshot this store was restored from, so
     /// that they are referenced rather than stored again.
     pub fn seed(&mut self, manifest: &SnapshotManifest) {

@@ -35,6 +35,15 @@ pub enum RuntimeError {
         /// Which checkpoints can be restored instead, if any.
         instead: String,
     },
+    /// RocksDB found a corrupt block while running, in a file that
+    /// checkpoints list (see `task::corruption`).
+    #[error("{cause}; that file is the checkpoint file {file}, listed by checkpoint(s) {listed_by}, which cannot be restored; {instead}")]
+    CorruptWhileRunning {
+        cause: String,
+        file: PathBuf,
+        listed_by: String,
+        instead: String,
+    },
     /// A file system error outside the connectors and the store.
     #[error("{path}: {source}")]
     Io {

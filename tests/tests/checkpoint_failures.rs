@@ -5,8 +5,9 @@
 //! line (which checkpoint, which task, which file, which OS error), after
 //! `checkpoint.tolerable-failures` failures in a row; leftovers of a run
 //! killed during its first checkpoint are never waited on; a restore
-//! after the cause is gone continues exactly; and a corrupt checkpoint file
-//! is refused at restore, naming it, its checkpoint and those free of it.
+//! after the cause is gone continues exactly; a corrupt checkpoint file is
+//! refused at restore, naming it, its checkpoint and those free of it; and
+//! one that rots while the job runs is named when RocksDB finds it.
 //!
 //! The full-disk cases mount a small tmpfs (the tests run as root, as CI does).
 
@@ -273,8 +274,10 @@ fn leftovers_of_a_run_killed_in_its_first_checkpoint_are_cleared_not_waited_on()
 /// The completed checkpoints of the local checkpoint directory `chk`, as
 /// JSON, oldest first.
 fn completed(chk: &Path) -> Vec<serde_json::Value> {
-    let mut all: Vec<serde_json::Value> = std::fs::read_dir(chk)
-        .unwrap()
+    let Ok(entries) = std::fs::read_dir(chk) else {
+        return Vec::new();
+    };
+    let mut all: Vec<serde_json::Value> = entries
         .flatten()
         .filter_map(|e| std::fs::read(e.path().join("_metadata")).ok())
         .map(|text| serde_json::from_slice(&text).unwrap())
@@ -318,6 +321,90 @@ fn a_corrupt_checkpoint_file_is_refused_at_restore_naming_it_its_checkpoint_and_
     let free: Vec<String> = older.iter().map(|m| m["id"].to_string()).collect();
     assert!(
         line.contains(&format!("can be restored instead: {}", free.join(", "))),
+        "{line}"
+    );
+}
+
+#[test]
+fn corruption_found_while_running_names_the_checkpoint_file_it_came_from() {
+    let input = flights_head(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    // One instance, a small L1 and block cache: the restored run reads its
+    // state from the SST files.
+    let small = [
+        "-D",
+        "parallelism=1",
+        "-D",
+        "state.l1.capacity=64KB",
+        "-D",
+        "state.l2.memory=8MB",
+        "-D",
+        "checkpoint.interval=1s",
+        "-D",
+        "source.max-records-per-second=150000",
+    ];
+    let mut first = Command::new(strata_bin())
+        .args(args(&input, &out, &chk, &small))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while completed(&chk).len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoint 2"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let newest = completed(&chk).pop().unwrap();
+    // The killed run's live directory: the restore lays out a new one.
+    std::fs::remove_dir_all(chk.join("_work")).unwrap();
+
+    let mut restore = args(&input, &out, &chk, &small);
+    restore.extend(["--restore".into(), "latest".into()]);
+    let run = Command::new(strata_bin())
+        .args(&restore)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the restore has checked and laid out the files: a byte in every
+    // 4 KiB of every SST file the checkpoint lists rots (the live copies
+    // are hard links to them).
+    while !chk.join("_work/op-0/CURRENT").exists() {
+        assert!(started.elapsed() < Duration::from_secs(120), "no restore");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ssts: Vec<String> = newest["operators"][0]["manifest"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["object"].as_str().unwrap().to_owned())
+        .filter(|o| o.ends_with(".sst"))
+        .collect();
+    for object in &ssts {
+        let path = chk.join(object);
+        let mut bytes = std::fs::read(&path).unwrap();
+        for i in (2048..bytes.len().saturating_sub(4096)).step_by(4096) {
+            bytes[i] ^= 0xff;
+        }
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, &bytes).unwrap();
+    }
+    let o = run.wait_with_output().unwrap();
+    let line = error_line(&o);
+    assert!(line.contains("Corruption"), "{line}");
+    let named = ssts.iter().any(|object| {
+        line.contains(&format!(
+            "that file is the checkpoint file {}",
+            chk.join(object).display()
+        ))
+    });
+    assert!(named, "the error does not name the checkpoint file: {line}");
+    assert!(
+        line.contains(&format!("listed by checkpoint(s) {}", newest["id"])),
         "{line}"
     );
 }

@@ -74,14 +74,25 @@ pub(crate) fn blame_corrupt(
     else {
         return e;
     };
+    RuntimeError::CorruptCheckpoint {
+        id,
+        file: path,
+        found,
+        instead: restorable_without(&object, completed),
+    }
+}
+
+/// Which of `completed` do not list `object` and can be restored instead
+/// of those that do, as a sentence.
+pub(crate) fn restorable_without(object: &str, completed: &[CheckpointMetadata]) -> String {
     let mut free: Vec<u64> = completed
         .iter()
-        .filter(|m| m.id != id && !objects(m).any(|o| o == object))
+        .filter(|m| !objects(m).any(|o| o == object))
         .map(|m| m.id)
         .collect();
     free.sort_unstable();
     free.dedup();
-    let instead = match free.last() {
+    match free.last() {
         Some(newest) => {
             let ids: Vec<String> = free.iter().map(u64::to_string).collect();
             format!(
@@ -90,12 +101,6 @@ pub(crate) fn blame_corrupt(
             )
         }
         None => "no other completed checkpoint is free of it: start without --restore (from the source's beginning, into an empty output)".into(),
-    };
-    RuntimeError::CorruptCheckpoint {
-        id,
-        file: path,
-        found,
-        instead,
     }
 }
 

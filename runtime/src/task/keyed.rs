@@ -144,7 +144,18 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         self.checkpoint_completed(id)
     }
 
+    /// Runs the instance to the end of its input; a corruption RocksDB
+    /// finds names the checkpoint file it came from (see
+    /// [`super::corruption`]).
     pub(crate) async fn run(mut self) -> Result<()> {
+        let result = self.run_to_end().await;
+        result.map_err(|e| {
+            let uploader = self.uploader.lock().unwrap_or_else(|p| p.into_inner());
+            super::corruption::name_checkpoint_file(e, &uploader)
+        })
+    }
+
+    async fn run_to_end(&mut self) -> Result<()> {
         self.function.open(&self.store).map_err(failed)?;
         // A restored checkpoint may have picked keys it never moved.
         let restored = *self.completed.borrow_and_update();

@@ -2,6 +2,7 @@
 //! instances and sink instances. Each is a tokio task connected to its
 //! neighbours by bounded edges (see [`crate::channel`]).
 
+pub(crate) mod corruption;
 pub(crate) mod dead_letter;
 pub(crate) mod input;
 pub(crate) mod keyed;

@@ -16,7 +16,7 @@
 //! downloaded), and the server itself is stopped for 1–4 s every 5–15 s.
 //!
 //! Kills are SIGKILLs at random moments (0.2–2.5 s after a start, 1–8 s
-//! with L3, whose checkpoints take seconds); every
+//! with L3, whose checkpoints take seconds, and with S3); every
 //! third one waits until a checkpoint is in flight (a `chk-N` directory
 //! without `_metadata`) and kills it then. With `--l3`, L3 is on (1 MB of
 //! L1 and L2 per instance, so keys move to Cassandra at every checkpoint)
@@ -286,9 +286,10 @@ fn main() {
             }
             // With L3 a checkpoint takes seconds (cold reads hold the
             // barrier back): kills must leave room for some to complete.
-            let after = match a.l3 {
-                None => Duration::from_millis(200 + rng.below(2300)),
-                Some(_) => Duration::from_millis(1000 + rng.below(7000)),
+            // So do restores from S3 on another machine (a download).
+            let after = match (&a.l3, a.s3) {
+                (None, false) => Duration::from_millis(200 + rng.below(2300)),
+                _ => Duration::from_millis(1000 + rng.below(7000)),
             };
             let at_checkpoint = rng.below(3) == 0;
             let crash_at = (a.l3.is_some() && rng.below(4) == 0).then(|| {
