@@ -252,46 +252,67 @@ impl Deliveries {
     }
 }
 
-/// Exactly once: checks the marker against `restored` (a refused run
-/// fences no one), fences older producers of the id, publishes what
-/// `restored` pre-committed and Kafka lacks, then starts the publisher.
-fn open_transactional(
-    o: &KafkaSinkOptions,
-    producer: ThreadedProducer<Deliveries>,
-    restored: Option<SinkState>,
-) -> Result<Mode> {
-    let marker: BaseConsumer = client_config(
+/// The reader of instance `o`'s commit marker (the committed offset of
+/// group `transactional.id`), reading with `isolation` (`read_committed`
+/// waits for a pending transaction's offsets; `read_uncommitted` does not).
+fn marker_reader(o: &KafkaSinkOptions, isolation: &str) -> Result<BaseConsumer> {
+    client_config(
         &o.brokers,
         &o.security,
         &[
             ("group.id", o.transactional_id.as_str()),
             ("enable.auto.commit", "false"),
+            ("isolation.level", isolation),
         ],
         &[],
     )
     .create()
-    .map_err(ConnectorError::kafka("create the marker reader"))?;
-    let published = read_marker(&marker, &o.topic)?;
-    let refusal = |what: &str| {
+    .map_err(ConnectorError::kafka("create the marker reader"))
+}
+
+/// Exactly once: a fresh run checks that no output of its
+/// `transactional.id` was committed before it fences anyone (a refused run
+/// must not end a job that writes the topic with the same id); then it
+/// fences older producers of the id, checks the marker against
+/// `restored`, publishes what `restored` pre-committed and Kafka lacks,
+/// and starts the publisher.
+fn open_transactional(
+    o: &KafkaSinkOptions,
+    producer: ThreadedProducer<Deliveries>,
+    restored: Option<SinkState>,
+) -> Result<Mode> {
+    let refusal = |what: &str, published: u64| {
         ConnectorError::KafkaUsage(format!(
             "topic {} already holds output of this sink (transactional.id {}, {published} epoch(s) committed) that {what} does not know of: another job writing it with the same transactional id, or an earlier run; writing on would write records twice; continue the run that wrote it (--restore latest), write to a new topic, or give this job its own sink.kafka.transactional-id-prefix",
             o.topic, o.transactional_id
         ))
     };
-    let next_seq = restored.as_ref().map(|s| s.next_seq);
-    match next_seq {
-        None if published > 0 => return Err(refusal("a fresh run")),
-        Some(next) if published > next => return Err(refusal("the restored checkpoint")),
-        _ => {}
+    if restored.is_none() {
+        // Committed offsets only: a pending transaction (of a live job,
+        // or of a dead one that fencing would abort) is not waited for.
+        let published = read_marker(&marker_reader(o, "read_uncommitted")?, &o.topic)?;
+        if published > 0 {
+            return Err(refusal("a fresh run", published));
+        }
     }
-    // Only now: a run refused above must not fence the producer of a job
-    // that is writing the topic (another job with the same id).
+    // Fencing aborts a dead producer's pending transaction: only then are
+    // the marker's offsets stable to read.
     producer
         .init_transactions(TXN_TIMEOUT)
         .map_err(ConnectorError::kafka(format!(
             "init transactions of {}",
             o.transactional_id
         )))?;
+    let marker = marker_reader(o, "read_committed")?;
+    let published = read_marker(&marker, &o.topic)?;
+    let next_seq = restored.as_ref().map(|s| s.next_seq);
+    match next_seq {
+        None if published > 0 => return Err(refusal("a fresh run", published)),
+        Some(next) if published > next => {
+            return Err(refusal("the restored checkpoint", published))
+        }
+        _ => {}
+    }
     std::fs::create_dir_all(&o.staging).map_err(ConnectorError::io(&o.staging))?;
     let mut publisher = Publisher {
         producer,
