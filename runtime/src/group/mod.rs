@@ -27,8 +27,10 @@
 //!   zombie writes nothing to L3 either.
 //! * **Bounded input** (`source.kafka.bounded`): each shard ends at the end
 //!   offset its partition had when the shard opened, recorded with its last
-//!   checkpoint's offset; a process leaves once every partition of the
-//!   topic has ended so and none of its shards runs.
+//!   checkpoint's offset once that checkpoint's output is all published
+//!   (before, a process killed in between would leave it unpublished, with
+//!   no one to run the shard again); a process leaves once every partition
+//!   of the topic has ended so and none of its shards runs.
 //!
 //! The committed offsets carry `strata:chk-<id>` (and `:end@<offset>` for
 //! an ended shard), which `strata jobs status` reads back.
@@ -60,6 +62,10 @@ pub(crate) struct ShardControl {
     state: AtomicU8,
     /// Bounded input: the partition's end offset (-1 until the source opened).
     end: AtomicI64,
+    /// Bounded input: the final checkpoint that read the partition to its
+    /// end, `(id, offset)`, marked ended in the group only once its output
+    /// is all published (see [`mark_ended`]).
+    last: Mutex<Option<(u64, i64)>>,
 }
 
 impl ShardControl {
@@ -68,6 +74,7 @@ impl ShardControl {
             partition,
             state: AtomicU8::new(RUN),
             end: AtomicI64::new(-1),
+            last: Mutex::new(None),
         })
     }
 
@@ -383,9 +390,14 @@ fn start(
         progress: progress.clone(),
     };
     let run_shard = run_shard.clone();
+    let (member, ending) = (member.clone(), control.clone());
     let thread = std::thread::Builder::new()
         .name(format!("shard-{p}"))
-        .spawn(move || run_shard(shard))
+        .spawn(move || {
+            let report = run_shard(shard)?;
+            mark_ended(&member, &ending)?;
+            Ok(report)
+        })
         .map_err(|e| RuntimeError::Function(format!("start the thread of shard {p}: {e}")))?;
     lock(&shards.running).insert(
         p,
@@ -422,27 +434,59 @@ fn fence(
                 meta.id
             ))
         })?;
-    let end = control.end.load(Ordering::Acquire);
-    let ended = bounded && meta.is_final && control.state.load(Ordering::Acquire) == RUN;
-    let metadata = if ended {
-        format!("strata:chk-{}:end@{end}", meta.id)
-    } else {
-        format!("strata:chk-{}", meta.id)
+    if bounded && meta.is_final && control.state.load(Ordering::Acquire) == RUN {
+        *lock(&control.last) = Some((meta.id, offset));
+    }
+    commit(
+        member,
+        control,
+        meta.id,
+        offset,
+        &format!("strata:chk-{}", meta.id),
+    )
+}
+
+/// Bounded input, once a shard's run ended with all its output published:
+/// marks its partition ended in the group (`strata:chk-<id>:end@<offset>`),
+/// so that no process runs it again. Not before: a process killed between
+/// its final checkpoint and the publishing of that checkpoint's output
+/// leaves the partition to the next owner, whose restore publishes it.
+fn mark_ended(member: &GroupMember, control: &ShardControl) -> Result<()> {
+    let Some((id, offset)) = *lock(&control.last) else {
+        return Ok(());
     };
+    let end = control.end.load(Ordering::Acquire);
+    commit(
+        member,
+        control,
+        id,
+        offset,
+        &format!("strata:chk-{id}:end@{end}"),
+    )
+}
+
+/// Commits `offset` with `metadata` (checkpoint `id`'s) under the member's
+/// generation, retrying for [`COMMIT_PATIENCE`].
+fn commit(
+    member: &GroupMember,
+    control: &ShardControl,
+    id: u64,
+    offset: i64,
+    metadata: &str,
+) -> Result<()> {
+    let p = control.partition;
     let deadline = Instant::now() + COMMIT_PATIENCE;
     loop {
-        match member.commit(p, offset, &metadata) {
+        match member.commit(p, offset, metadata) {
             Commit::Done => return Ok(()),
             Commit::Fenced(why) => {
                 return Err(control.lost(&format!(
-                    "the group refused checkpoint {}'s offset ({why}): another process owns the shard now",
-                    meta.id
+                    "the group refused checkpoint {id}'s offset ({why}): another process owns the shard now"
                 )))
             }
             Commit::Failed(why) if Instant::now() >= deadline => {
                 return Err(RuntimeError::Function(format!(
-                    "committing the offset of checkpoint {} to the group failed for {COMMIT_PATIENCE:?}: {why}",
-                    meta.id
+                    "committing the offset of checkpoint {id} to the group failed for {COMMIT_PATIENCE:?}: {why}"
                 )))
             }
             // A rebalance moves the generation on: this process learns

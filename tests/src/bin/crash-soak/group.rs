@@ -91,6 +91,10 @@ pub(super) fn soak(a: &Args) -> (String, bool) {
         let got = read_route_history(&output);
         let diff = first_difference(&got, &want);
         bad += u64::from(diff.is_some());
+        if diff.is_some() {
+            // Kept for a post-mortem: the members' logs and checkpoints.
+            eprintln!("round {rounds} kept in {}", dir.keep().display());
+        }
         println!(
             "round {rounds}: {round_kills} SIGKILLs, {} lines, {}",
             got.len(),
