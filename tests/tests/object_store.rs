@@ -331,7 +331,8 @@ fn a_corrupt_object_is_refused_on_download_naming_it_its_checkpoint_and_those_fr
     prefix.put(&object, &flipped(prefix.read(&object)));
 
     // Another machine: no local copy, so the file is downloaded.
-    let o = route_history(
+    let o = route_history_over(
+        &input,
         &dir.path().join("elsewhere"),
         &prefix.url,
         &["--restore", "latest"],
