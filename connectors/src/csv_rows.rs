@@ -44,12 +44,18 @@ impl std::error::Error for LineTooLong {}
 impl Read for LineLimit {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.file.read(buf)?;
-        self.run = match buf[..n].iter().rposition(|b| is_line_end(*b)) {
-            Some(i) => (n - i - 1) as u64,
-            None => self.run + n as u64,
-        };
-        if self.run > self.max {
-            return Err(std::io::Error::other(LineTooLong));
+        match buf[..n].iter().rposition(|b| is_line_end(*b)) {
+            // Records before the line end may still be unparsed: the line
+            // after it is judged by the next reads.
+            Some(i) => self.run = (n - i - 1) as u64,
+            None => {
+                // The reader parsed all it had: the record it is in has run
+                // through this whole piece.
+                self.run += n as u64;
+                if self.run > self.max {
+                    return Err(std::io::Error::other(LineTooLong));
+                }
+            }
         }
         Ok(n)
     }
@@ -266,6 +272,23 @@ impl CsvRows {
         })
     }
 
+    /// A record read whole (it fit in what the reader had buffered) whose
+    /// line is longer than `source.max-record-bytes` after all: a bad
+    /// record, as a longer one would be.
+    fn too_long_read(&mut self, start: &csv::Position, end: &csv::Position) -> Result<RowResult> {
+        let raw = self.raw_bytes(start.byte(), end.byte())?;
+        let len = raw.iter().filter(|b| !is_line_end(**b)).count() as u64;
+        if len <= self.max_line {
+            return self.checked_row(start, end);
+        }
+        Ok(Err(RecordError {
+            record: self.number,
+            field: None,
+            reason: too_long("the line is", len, self.max_line),
+            ..Default::default()
+        }))
+    }
+
     /// The record just read, checked for stray quotes, as a typed row.
     fn checked_row(&mut self, start: &csv::Position, end: &csv::Position) -> Result<RowResult> {
         if self.spans_lines() {
@@ -318,6 +341,9 @@ impl RowReader for CsvRows {
                 reason: format!("malformed CSV: {e}"),
                 ..Default::default()
             }))),
+            Ok(true) if end.byte() - start.byte() > self.max_line => {
+                self.too_long_read(&start, &end).map(Some)
+            }
             Ok(true) => self.checked_row(&start, &end).map(Some),
         }
     }

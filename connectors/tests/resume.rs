@@ -264,3 +264,33 @@ fn lines_over_the_record_limit_are_bad_records_and_reading_resumes_exactly_after
     std::fs::write(&json, text).unwrap();
     assert_resumable(&json, Format::JsonLines);
 }
+
+#[test]
+fn a_record_limit_below_the_read_size_still_reads_the_short_records_before_a_long_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.csv");
+    let long = "x".repeat(5_000);
+    std::fs::write(&path, format!("user,n\na,1\nb,2\n{long},3\nc,4\n")).unwrap();
+    let options = strata_connectors::SourceOptions {
+        max_record_bytes: 1_000,
+        ..Default::default()
+    };
+    let mut src =
+        FileSource::open_with(&path, Format::Csv, &schema(), Position::default(), &options)
+            .unwrap();
+    let mut got = Vec::new();
+    while let Some(row) = src.next_row().unwrap() {
+        got.push(row.map_or_else(|e| e.reason, |r| format!("{:?}", r.values[0])));
+    }
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(
+        got[0].contains("\"a\"") && got[1].contains("\"b\""),
+        "{got:?}"
+    );
+    let line = format!("{long},3");
+    assert!(
+        got[2].contains(&format!("is {} bytes", line.len())),
+        "{got:?}"
+    );
+    assert!(got[3].contains("\"c\""), "{got:?}");
+}
