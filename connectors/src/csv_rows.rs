@@ -289,6 +289,38 @@ impl CsvRows {
         }))
     }
 
+    /// The record from `start` to `end` the csv crate could not parse (a
+    /// cell that is not UTF-8, …). One that runs across line breaks it may
+    /// not (see the module docs) swallowed the lines after a stray quote:
+    /// its first line is the bad record and reading goes on at the next,
+    /// as for a record that parsed.
+    fn malformed(
+        &mut self,
+        e: csv::Error,
+        start: &csv::Position,
+        end: &csv::Position,
+    ) -> Result<RecordError> {
+        let raw = self.raw_bytes(start.byte(), end.byte())?;
+        let body = raw
+            .iter()
+            .position(|b| !is_line_end(*b))
+            .map_or(&raw[..0], |i| &raw[i..]);
+        let body = body
+            .iter()
+            .rposition(|b| !is_line_end(*b))
+            .map_or(&body[..0], |i| &body[..=i]);
+        let never_closed = odd_quotes(&raw);
+        if body.iter().any(|b| is_line_end(*b)) && (!self.multiline_fields || never_closed) {
+            return self.resync(start, &raw, never_closed);
+        }
+        Ok(RecordError {
+            record: self.number,
+            field: None,
+            reason: format!("malformed CSV: {e}"),
+            ..Default::default()
+        })
+    }
+
     /// The record just read, checked for stray quotes, as a typed row.
     fn checked_row(&mut self, start: &csv::Position, end: &csv::Position) -> Result<RowResult> {
         if self.spans_lines() {
@@ -335,12 +367,7 @@ impl RowReader for CsvRows {
             Ok(false) => Ok(None),
             Err(e) if is_too_long(&e) => self.skip_long_line(&start).map(|bad| Some(Err(bad))),
             Err(e) if e.is_io_error() => Err(corrupt(&self.path, "CSV", e)),
-            Err(e) => Ok(Some(Err(RecordError {
-                record: self.number,
-                field: None,
-                reason: format!("malformed CSV: {e}"),
-                ..Default::default()
-            }))),
+            Err(e) => self.malformed(e, &start, &end).map(|bad| Some(Err(bad))),
             Ok(true) if end.byte() - start.byte() > self.max_line => {
                 self.too_long_read(&start, &end).map(Some)
             }

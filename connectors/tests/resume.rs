@@ -294,3 +294,34 @@ fn a_record_limit_below_the_read_size_still_reads_the_short_records_before_a_lon
     );
     assert!(got[3].contains("\"c\""), "{got:?}");
 }
+
+#[test]
+fn a_stray_quote_before_a_cell_that_is_not_utf8_swallows_no_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.csv");
+    std::fs::write(
+        &path,
+        b"user,n\na,1\n\"b,2\nc,3\nd\xff,4\ne,5\nf,6\ng,7\nh,8\n",
+    )
+    .unwrap();
+    let all = read_all(&path, Format::Csv, Position::default());
+    let got: Vec<String> = all
+        .iter()
+        .map(|(r, _)| match r {
+            Ok(row) => format!("{:?}", row.values[1]),
+            Err(e) => format!("bad: {}", e.reason),
+        })
+        .collect();
+    assert_eq!(got.len(), 8, "{got:?}");
+    assert!(
+        got[1].contains("quoted field") && got[1].contains("never closed"),
+        "{got:?}"
+    );
+    assert_eq!(got[2], "Int64(3)", "{got:?}");
+    assert!(
+        got[3].starts_with("bad: ") && got[3].contains("UTF-8"),
+        "{got:?}"
+    );
+    assert_eq!(got[4], "Int64(5)", "{got:?}");
+    assert_resumable(&path, Format::Csv);
+}
