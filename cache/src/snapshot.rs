@@ -46,11 +46,16 @@ impl SnapshotFile {
     /// Errors: [`StateError::CorruptFile`] on a mismatch in size or
     /// checksum; [`StateError::SnapshotIo`] if it cannot be read.
     pub fn verify(&self, path: &Path) -> Result<()> {
-        let found_bytes = fs::metadata(path).map_err(io_err(path))?.len();
         let corrupt = |found: String| StateError::CorruptFile {
             path: path.to_owned(),
             object: self.object.clone(),
             found,
+        };
+        let found_bytes = match fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(corrupt("the file is missing".into()))
+            }
+            other => other.map_err(io_err(path))?.len(),
         };
         if found_bytes != self.bytes {
             return Err(corrupt(format!(

@@ -316,6 +316,28 @@ impl FileSource {
         Ok(Some(text.trim_matches(['\r', '\n']).to_owned()))
     }
 
+    /// Where the record whose position before it was `start` begins in a
+    /// text file: past the line end of the record before (`\r\n` leaves
+    /// its `\n` after the position) and the byte-order mark.
+    ///
+    /// Errors: the file can no longer be read.
+    pub fn record_start(&self, start: u64) -> Result<u64> {
+        use std::io::Read;
+        let mut head = [0u8; 8];
+        let mut file = File::open(&self.path).map_err(ConnectorError::io(&self.path))?;
+        let n = file
+            .seek(SeekFrom::Start(start))
+            .and_then(|_| file.read(&mut head))
+            .map_err(ConnectorError::io(&self.path))?;
+        let head = &head[..n];
+        let bom = usize::from(start == 0 && head.starts_with(b"\xEF\xBB\xBF")) * 3;
+        let ends = head[bom..]
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        Ok(start + (bom + ends) as u64)
+    }
+
     /// Progress as (done, total) in records (Parquet) or bytes (text).
     pub fn progress(&self) -> (u64, u64) {
         match self.total_records {

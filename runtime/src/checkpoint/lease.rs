@@ -7,11 +7,14 @@
 //! object `_owner` there (this host, this process, a beat counter) and
 //! renews it every [`BEAT`]:
 //!
-//! * no `_owner`, or one this host's dead process left: taken at once;
-//! * one a live process of this host holds: refused at once;
-//! * one another host holds: watched for [`EXPIRY`]; renewed meanwhile, the
-//!   prefix is in use and the start is refused; unchanged, its holder is
-//!   gone (SIGKILLed, its machine lost) and it is taken.
+//! * no `_owner`, or one a dead process of this machine left: taken at
+//!   once ("this machine": same host name, boot and pid namespace; a live
+//!   process is the one with the holder's pid *and* start time);
+//! * one a live process of this machine holds: refused at once;
+//! * any other (another host, another container on this one): watched for
+//!   [`EXPIRY`]; renewed meanwhile, the prefix is in use and the start is
+//!   refused; unchanged, its holder is gone (SIGKILLed, its machine lost)
+//!   and it is taken.
 //!
 //! No clocks are compared, only whether the beat moved. Two starts in the
 //! same instant both write; each reads back after a pause and the one whose
@@ -46,22 +49,62 @@ struct Owner {
     /// Nanoseconds of the holder's start: tells two runs with one pid apart.
     run: u128,
     beat: u64,
+    /// The boot and the pid namespace the pid belongs to, and the
+    /// process's start time in clock ticks since boot: together they say
+    /// whether a process of this machine is the holder (containers on one
+    /// host share a host name, not their pids).
+    #[serde(default)]
+    boot: String,
+    #[serde(default)]
+    pid_ns: String,
+    #[serde(default)]
+    started: u64,
+}
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`), if it runs in this pid namespace.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count after its ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 impl Owner {
     fn me() -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "unknown-host".into());
+        let read = |path: &str| std::fs::read_to_string(path).map(|t| t.trim().to_owned());
         let run = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
+        let pid = std::process::id();
         Self {
-            host,
-            pid: std::process::id(),
+            host: read("/proc/sys/kernel/hostname").unwrap_or_else(|_| "unknown-host".into()),
+            pid,
             run,
             beat: 0,
+            boot: read("/proc/sys/kernel/random/boot_id").unwrap_or_default(),
+            pid_ns: std::fs::read_link("/proc/self/ns/pid")
+                .map(|l| l.display().to_string())
+                .unwrap_or_default(),
+            started: start_ticks(pid).unwrap_or(0),
         }
+    }
+
+    /// Whether `self` names a process of this machine's boot and pid
+    /// namespace (`me`'s), whose liveness can then be looked up.
+    fn local_to(&self, me: &Owner) -> bool {
+        !me.boot.is_empty()
+            && !me.pid_ns.is_empty()
+            && (&self.host, &self.boot, &self.pid_ns) == (&me.host, &me.boot, &me.pid_ns)
+    }
+
+    /// For a holder [`Owner::local_to`] this process: whether it still runs.
+    fn alive(&self) -> bool {
+        start_ticks(self.pid).is_some_and(|t| t == self.started)
     }
 
     fn same_run(&self, other: &Owner) -> bool {
@@ -96,10 +139,13 @@ fn read(remote: &Remote) -> Result<Option<Owner>> {
 /// host, which a start watches like any other.
 fn unreadable() -> Owner {
     Owner {
-        host: "an unknown host (unreadable _owner)".into(),
+        host: "? (its _owner is not strata's)".into(),
         pid: 0,
         run: 0,
         beat: 0,
+        boot: String::new(),
+        pid_ns: String::new(),
+        started: 0,
     }
 }
 
@@ -165,9 +211,8 @@ impl Lease {
 
     /// Returns once `holder`'s lease is gone, or refuses the start.
     fn wait_for_gone(remote: &Remote, me: &Owner, holder: Owner) -> Result<()> {
-        if holder.host == me.host {
-            let alive = std::path::Path::new(&format!("/proc/{}", holder.pid)).exists();
-            return match alive && holder.pid != me.pid {
+        if holder.local_to(me) {
+            return match holder.alive() {
                 true => Err(in_use(remote, &holder, "runs on this host")),
                 false => Ok(()),
             };

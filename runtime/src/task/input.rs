@@ -365,7 +365,9 @@ impl<I> Input<I> {
                 },
             ) => {
                 bad.text = source.record_text(*start, position)?;
-                bad.byte_offset = (position.byte_offset > 0).then_some(*start);
+                if position.byte_offset > 0 {
+                    bad.byte_offset = Some(source.record_start(*start)?);
+                }
             }
             (_, Cursor::Kafka(f)) => {
                 bad.text = f
