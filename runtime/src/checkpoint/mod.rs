@@ -186,16 +186,38 @@ pub struct CheckpointMetadata {
     pub l3_version: Option<i64>,
 }
 
+/// The field of `_metadata` that holds its checksum.
+const CHECKSUM: &str = "checksum";
+
+/// xxh3 of the compact JSON of `value` (every field but the checksum), as
+/// 16 hex digits.
+fn metadata_checksum(value: &serde_json::Value) -> serde_json::Result<String> {
+    let bytes = serde_json::to_vec(value)?;
+    Ok(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)))
+}
+
 impl CheckpointMetadata {
-    /// The `_metadata` bytes.
+    /// The `_metadata` bytes: the JSON with a `checksum` field, the xxh3
+    /// of the compact JSON of every other field (see [`Self::decode`]).
     pub(crate) fn encode(&self) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec_pretty(self)
+        let mut value = serde_json::to_value(self)?;
+        let sum = metadata_checksum(&value)?;
+        if let serde_json::Value::Object(fields) = &mut value {
+            fields.insert(CHECKSUM.into(), sum.into());
+        }
+        serde_json::to_vec_pretty(&value)
     }
 
-    /// Reads `_metadata` text of this format version; another version, or
-    /// a field this version does not know, is an error naming it.
+    /// Reads `_metadata` text of this format version; another version, a
+    /// field this version does not know, or a `checksum` that does not
+    /// match the rest (a flipped digit would restore wrong positions) is
+    /// an error naming it. Metadata written before checksums has none and
+    /// is read unchecked.
     pub fn decode(text: &str) -> std::result::Result<Self, String> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let recorded = value
+            .as_object_mut()
+            .and_then(|fields| fields.remove(CHECKSUM));
         match value.get("format_version").map(serde_json::Value::as_u64) {
             None => {
                 return Err(format!(
@@ -208,6 +230,14 @@ impl CheckpointMetadata {
                     "format_version {} is not {FORMAT_VERSION}, the format this strata reads",
                     v.map_or("(not a number)".to_string(), |v| v.to_string())
                 ))
+            }
+        }
+        if let Some(recorded) = recorded {
+            let found = metadata_checksum(&value).map_err(|e| e.to_string())?;
+            if recorded.as_str() != Some(found.as_str()) {
+                return Err(format!(
+                    "its checksum is {recorded}, but its content sums to \"{found}\": the file is corrupt"
+                ));
             }
         }
         serde_json::from_value(value).map_err(|e| e.to_string())
@@ -321,7 +351,20 @@ mod tests {
         assert!(CheckpointMetadata::decode(&newer)
             .unwrap_err()
             .contains("format_version 3"));
-        let unknown = text.replace("\"id\": 7,", "\"id\": 7, \"surprise\": true,");
+        // A digit changed: the checksum no longer matches.
+        let flipped = text.replace("\"id\": 7,", "\"id\": 8,");
+        assert!(CheckpointMetadata::decode(&flipped)
+            .unwrap_err()
+            .contains("the file is corrupt"));
+        // Without a checksum (written before checksums): read unchecked,
+        // and a field this version does not know is named.
+        let legacy: String = text
+            .lines()
+            .filter(|l| !l.contains("\"checksum\""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(CheckpointMetadata::decode(&legacy).unwrap(), meta);
+        let unknown = legacy.replace("\"id\": 7,", "\"id\": 7, \"surprise\": true,");
         assert!(CheckpointMetadata::decode(&unknown)
             .unwrap_err()
             .contains("surprise"));
