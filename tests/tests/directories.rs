@@ -78,13 +78,24 @@ fn a_restore_refuses_another_input_file_and_an_inconsistent_checkpoint() {
     let meta = std::fs::read_to_string(&latest)
         .unwrap()
         .replace("\"parallelism\": 2", "\"parallelism\": 3");
-    std::fs::write(&latest, meta).unwrap();
-    let e = error_line(&strata(&route_history_args(
+    std::fs::write(&latest, &meta).unwrap();
+    let restore = route_history_args(
         &input,
         &out,
         Some(&chk),
         &["--restore", "latest", "-D", "parallelism=2"],
-    )));
+    );
+    // Edited, its checksum no longer matches.
+    let e = error_line(&strata(&restore));
+    assert!(e.contains("the file is corrupt"), "{e}");
+    // Without a checksum (as before checksums), the edit is still caught
+    // by the consistency check.
+    let unchecked: Vec<&str> = meta
+        .lines()
+        .filter(|l| !l.contains("\"checksum\""))
+        .collect();
+    std::fs::write(&latest, unchecked.join("\n")).unwrap();
+    let e = error_line(&strata(&restore));
     assert!(e.contains("is inconsistent"), "{e}");
 }
 
