@@ -398,6 +398,24 @@ pub fn metric_value(body: &str, name: &str, label: Option<&str>) -> Option<f64> 
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
+/// Starts `n` processes of `command` at once (the members of one consumer
+/// group, say) and waits for each to exit successfully, showing the stderr
+/// of one that did not.
+pub fn run_together(n: usize, command: impl Fn() -> Command) {
+    let members: Vec<_> = (0..n)
+        .map(|_| {
+            command()
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for member in members {
+        let o = member.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
 /// The `strata: error: …` line of a run that must have failed (not by a panic).
 pub fn error_line(o: &Output) -> String {
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -410,32 +428,39 @@ pub fn error_line(o: &Output) -> String {
         .to_owned()
 }
 
-/// A file of checkpoint metadata `newest` (a `_metadata` as JSON) that no
-/// checkpoint of `older` lists, as its name in checkpoint storage: a shared
-/// SST file if there is one, else one of its private files.
+/// A non-empty file of checkpoint metadata `newest` (a `_metadata` as JSON)
+/// that no checkpoint of `older` lists, as its name in checkpoint storage: a
+/// shared SST file if there is one, else one of its private files. Empty
+/// files (a fresh WAL) are passed over: there is no byte in them to corrupt.
 pub fn file_only_in(newest: &serde_json::Value, older: &[serde_json::Value]) -> String {
-    let files = |meta: &serde_json::Value| -> Vec<String> {
+    let files = |meta: &serde_json::Value| -> Vec<(String, u64)> {
         meta["operators"]
             .as_array()
             .expect("operators")
             .iter()
             .flat_map(|o| o["manifest"]["files"].as_array().expect("files").clone())
-            .map(|f| f["object"].as_str().expect("object").to_owned())
+            .map(|f| {
+                let object = f["object"].as_str().expect("object").to_owned();
+                (object, f["bytes"].as_u64().expect("bytes"))
+            })
             .collect()
     };
-    let elsewhere: std::collections::HashSet<String> = older.iter().flat_map(files).collect();
+    let elsewhere: std::collections::HashSet<String> =
+        older.iter().flat_map(files).map(|(f, _)| f).collect();
     let mut own: Vec<String> = files(newest)
         .into_iter()
-        .filter(|f| !elsewhere.contains(f))
+        .filter(|(f, bytes)| *bytes > 0 && !elsewhere.contains(f))
+        .map(|(f, _)| f)
         .collect();
     own.sort_by_key(|f| !f.starts_with("shared/"));
     own.into_iter()
         .next()
-        .expect("the newest checkpoint lists a file of its own")
+        .expect("the newest checkpoint lists a non-empty file of its own")
 }
 
 /// `bytes` with the byte in the middle flipped (a file's size kept).
 pub fn flipped(mut bytes: Vec<u8>) -> Vec<u8> {
+    assert!(!bytes.is_empty(), "an empty file has no byte to flip");
     let i = bytes.len() / 2;
     bytes[i] ^= 0xff;
     bytes
