@@ -36,7 +36,9 @@ pub struct TierStats {
     pub l1_hits: u64,
     /// Reads L1 could not answer.
     pub l1_misses: u64,
-    /// L1 misses answered by L2.
+    /// L1 misses answered by L2. A list read that finds only appends of
+    /// the write batch still filling (a first-seen key's first records,
+    /// never in L1 or L2 before) is a miss.
     pub l2_hits: u64,
     /// L1 misses L2 could not answer either.
     pub l2_misses: u64,

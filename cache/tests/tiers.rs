@@ -656,3 +656,32 @@ fn a_peek_reads_l2_without_promoting_the_key() {
         "a key never written"
     );
 }
+
+/// A key the store has never seen is an L2 miss wherever its first read
+/// comes from (a value's read, a list's read after its first append, a
+/// map's), never an L2 hit.
+#[test]
+fn a_first_seen_key_is_an_l2_miss_not_a_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), 16 << 10);
+    let events = s.list_state::<u32>("events").unwrap();
+    let count = s.value_state::<u64>("count").unwrap();
+    for k in 0u32..100 {
+        let key = k.to_be_bytes();
+        assert_eq!(count.get(&key).unwrap(), None);
+        events.add(&key, k).unwrap();
+        assert_eq!(
+            events
+                .get(&key)
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            vec![k]
+        );
+        count.update(&key, 1).unwrap();
+    }
+    let stats = s.stats();
+    assert_eq!(stats.l2_hits, 0, "{stats:?}");
+    assert!(stats.l2_misses >= 100, "{stats:?}");
+}

@@ -33,6 +33,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use writer::{Job, Pending, Task, Work};
 
+/// What L2 holds of a list (see [`L2::list`]).
+pub(crate) struct ListInL2 {
+    /// The list's bytes.
+    pub(crate) bytes: Vec<u8>,
+    /// Whether L2 held any of it before the open batch's blind appends:
+    /// RocksDB, a batch on its way, or a list L1 wrote into the open batch.
+    pub(crate) held: bool,
+}
+
 /// See the module docs.
 pub(crate) struct L2 {
     pub(crate) db: DB,
@@ -192,7 +201,10 @@ impl L2 {
     /// RocksDB's value (its key group's chunks folded into it first), then
     /// the operations of the batches on their way, then those of the open
     /// batch — all of which L2 will hold. `None` if none holds any.
-    pub(crate) fn list(&self, key: &KeyBytes, open: &Batch) -> Result<Option<Vec<u8>>> {
+    /// [`ListInL2::held`] tells a read L2 answered (a hit) from one that
+    /// found only the open batch's blind appends (a miss: the key's first
+    /// records, never in L1 or L2 before).
+    pub(crate) fn list(&self, key: &KeyBytes, open: &Batch) -> Result<Option<ListInL2>> {
         let state = key.state();
         let mut dir = lock(&self.directory);
         let queued: Vec<(Op, Vec<u8>)> = self.pending.with_batches(|batches| {
@@ -217,11 +229,14 @@ impl L2 {
         }
         let mut own = Vec::new();
         open.list_ops(key, &mut own);
+        // Blind appends of the open batch alone (a first-seen key's first
+        // records) were never in L2 or L1 before it: not a hit.
+        let held = found || own.iter().any(|(op, _)| *op != Op::Append);
         for (op, data) in own {
             apply_op(&mut bytes, op, data);
             found = true;
         }
-        Ok(found.then_some(bytes))
+        Ok(found.then_some(ListInL2 { bytes, held }))
     }
 
     /// Folds the chunks of (`state`, `key_group`) into the per-key lists:

@@ -28,16 +28,20 @@ impl Tiers {
     fn lower_untimed(&self, hot: &mut Hot, key: &KeyBytes) -> Result<Lookup> {
         let desc = &self.meta(key.state()).desc;
         let is_list = desc.kind == StateKind::List;
-        let in_l2 = if is_list {
-            self.l2.list(key, &hot.open)?
+        let (in_l2, held) = if is_list {
+            let list = self.l2.list(key, &hot.open)?;
+            let held = list.as_ref().is_some_and(|l| l.held);
+            (list.map(|l| l.bytes), held)
         } else {
-            self.l2.value(key, &hot.open)?
+            let value = self.l2.value(key, &hot.open)?;
+            let held = value.is_some();
+            (value, held)
         };
         if in_l2.is_some() {
             self.access.touch(key.hash());
         }
         let c = &self.counters;
-        TierCounters::count(in_l2.is_some(), &c.l2_hits, &c.l2_misses);
+        TierCounters::count(held, &c.l2_hits, &c.l2_misses);
         let Some(cold) = &self.cold else {
             return Ok(in_l2.map(|v| (v, 0)));
         };
