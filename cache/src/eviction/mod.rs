@@ -60,6 +60,70 @@ pub(crate) struct Pending {
     entries: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+impl Pending {
+    /// The pick a restored L2 holds, with each key's bytes there (those of
+    /// its checkpoint); `None` without one.
+    fn read(l2: &L2) -> Result<Option<Self>> {
+        let Some(raw) = l2.db.get(PENDING_KEY)? else {
+            return Ok(None);
+        };
+        let (checkpoint_id, cutoffs, keys): (u64, Vec<Option<i64>>, Vec<Vec<u8>>) =
+            codec::decode("(eviction)", &raw)?;
+        let mut entries = Vec::with_capacity(keys.len());
+        for key in keys {
+            let k = crate::hash::KeyBytes::new(&key);
+            if let Some(bytes) = l2.db.get_cf(&l2.cf(k.state())?, k.stored())? {
+                entries.push((key, bytes));
+            }
+        }
+        Ok(Some(Self {
+            checkpoint_id,
+            cutoffs,
+            entries,
+        }))
+    }
+}
+
+/// For a store restored from a completed checkpoint only to be read: the
+/// keys that checkpoint picked whose move to L3 already ran — L3 holds
+/// what the move writes, at the end of what it holds — are removed from
+/// this store's L2, as the move removed them from the job's; L3 is only
+/// read. A read then sees each element once, where L2's copy of a list's
+/// appends would have followed L3's copy of the same appends. Returns how
+/// many keys it removed.
+///
+/// Errors: L3's reads; L2's.
+pub(crate) fn settle_moved(tiers: &Tiers) -> Result<usize> {
+    let (Some(cold), Some(pending)) = (&tiers.cold, Pending::read(&tiers.l2)?) else {
+        return Ok(0);
+    };
+    let l2 = &tiers.l2;
+    let mut batch = rocksdb::WriteBatch::default();
+    let mut settled = 0;
+    for (key, picked) in &pending.entries {
+        let k = crate::hash::KeyBytes::new(key);
+        let state = usize::from(k.state());
+        let cutoff = pending.cutoffs.get(state).copied().flatten();
+        let written = moves::drop_expired(tiers, k, picked, cutoff)?;
+        let desc = &tiers.meta(k.state()).desc;
+        let Some(held) = cold.get(desc, k.stored())? else {
+            continue;
+        };
+        let moved = if desc.kind == crate::descriptor::StateKind::List {
+            let elements = written.strip_prefix(&codec::list_base_marker()[..]);
+            held.ends_with(elements.unwrap_or(&written))
+        } else {
+            held == written
+        };
+        if moved {
+            batch.delete_cf(&l2.cf(k.state())?, k.stored());
+            settled += 1;
+        }
+    }
+    l2.db.write_opt(batch, &l2.write_opts)?;
+    Ok(settled)
+}
+
 /// The cold eviction of one store (see the module docs).
 pub(crate) struct ColdEviction {
     capacity: u64,
@@ -150,23 +214,9 @@ impl ColdEviction {
     /// Reads the keys a restored checkpoint had picked, with their bytes in
     /// the restored L2 (which are those of that checkpoint).
     pub(crate) fn load_pending(&self, l2: &L2) -> Result<()> {
-        let Some(raw) = l2.db.get(PENDING_KEY)? else {
-            return Ok(());
-        };
-        let (checkpoint_id, cutoffs, keys): (u64, Vec<Option<i64>>, Vec<Vec<u8>>) =
-            codec::decode("(eviction)", &raw)?;
-        let mut entries = Vec::with_capacity(keys.len());
-        for key in keys {
-            let k = crate::hash::KeyBytes::new(&key);
-            if let Some(bytes) = l2.db.get_cf(&l2.cf(k.state())?, k.stored())? {
-                entries.push((key, bytes));
-            }
+        if let Some(pending) = Pending::read(l2)? {
+            *lock(&self.pending) = Some(pending);
         }
-        *lock(&self.pending) = Some(Pending {
-            checkpoint_id,
-            cutoffs,
-            entries,
-        });
         Ok(())
     }
 

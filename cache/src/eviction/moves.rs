@@ -118,7 +118,7 @@ fn crash_point(point: &str) {
 /// The bytes to write to L3 for an entry: list elements written at or
 /// before `cutoff` left out (never written to L3), a value written then
 /// as a tombstone.
-fn drop_expired(
+pub(super) fn drop_expired(
     tiers: &Tiers,
     key: &KeyBytes,
     bytes: &[u8],

@@ -212,6 +212,19 @@ impl StateStore {
         }
     }
 
+    /// Prepares a store opened from a completed checkpoint, with the job's
+    /// cold tier, to be read and not run (the idea of Flink's State
+    /// Processor API; `strata state get`): the keys that checkpoint picked
+    /// for L3 whose move already ran are removed from this store's L2, as
+    /// the move removed them from the job's, so a read sees L3's copy
+    /// alone and each list element once. It never writes L3. Returns how
+    /// many keys it removed. Without a cold tier or a pick it does nothing.
+    ///
+    /// Errors: [`StateError::L3`] on a failed L3 read; L2 errors.
+    pub fn settle_moves_for_reading(&self) -> Result<usize> {
+        crate::eviction::settle_moved(&self.tiers)
+    }
+
     /// Moves every key of L2 that L1 does not hold to the cold tier, as
     /// cold eviction does, with the version of checkpoint `checkpoint_id`
     /// (which must be newer than every checkpoint whose keys moved before);
