@@ -402,12 +402,22 @@ fn arrow_target(ty: FieldType, found: &DataType) -> Option<DataType> {
             found,
             DataType::Timestamp(..) | DataType::Date32 | DataType::Date64
         ),
+        FieldType::Bytes => matches!(
+            found,
+            DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+        ),
     };
     ok.then_some(match ty {
         FieldType::String => DataType::Utf8,
         FieldType::Int64 => DataType::Int64,
         FieldType::Float64 => DataType::Float64,
         FieldType::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
+        FieldType::Bytes => DataType::Binary,
     })
 }
 
@@ -497,6 +507,7 @@ impl ParquetRows {
             FieldType::Timestamp => {
                 Value::Timestamp(array.as_primitive::<TimestampMillisecondType>().value(i))
             }
+            FieldType::Bytes => Value::Bytes(array.as_binary::<i32>().value(i).to_vec()),
         }
     }
 }
@@ -627,6 +638,7 @@ impl JsonRows {
             (None, _) => Err("missing".to_owned()),
             (Some(J::Null), _) => Ok(Value::Null),
             (Some(J::String(s)), FieldType::String) => Ok(Value::String(s)),
+            (Some(v), FieldType::Bytes) => crate::row::bytes_of_json(v).map(Value::Bytes),
             (Some(J::String(s)), _) => parse_text(&s, ty),
             (Some(J::Number(n)), FieldType::Int64 | FieldType::Timestamp) => n
                 .as_i64()

@@ -40,7 +40,7 @@ pub use file_source::{
 };
 pub use identity::InputIdentity;
 pub use row::{
-    check_timestamp, format_timestamp, parse_text, FieldType, Row, Schema, Value, MAX_TIMESTAMP_MS,
-    MIN_TIMESTAMP_MS,
+    bytes_json, check_timestamp, format_timestamp, format_timestamp_millis, parse_text, FieldType,
+    Row, Schema, Value, MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS,
 };
 pub use throttle::Throttle;

@@ -18,6 +18,11 @@ pub enum FieldType {
     /// in [`MIN_TIMESTAMP_MS`]`..=`[`MAX_TIMESTAMP_MS`] (years 1–9999); any
     /// other is a bad record.
     Timestamp,
+    /// Bytes (a binary payload): a Parquet binary column as it is, or a
+    /// string column's UTF-8 bytes; in CSV and JSON the text's UTF-8
+    /// bytes, and in JSON also `{"base64": "…"}` (standard alphabet,
+    /// padded) for bytes that are not text.
+    Bytes,
 }
 
 impl FieldType {
@@ -28,6 +33,7 @@ impl FieldType {
             FieldType::Int64 => "integer",
             FieldType::Float64 => "float",
             FieldType::Timestamp => "timestamp",
+            FieldType::Bytes => "bytes",
         }
     }
 }
@@ -78,6 +84,56 @@ pub enum Value {
     Float64(f64),
     /// Milliseconds since the Unix epoch.
     Timestamp(i64),
+    /// Bytes.
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    /// The value as JSON: a timestamp as `YYYY-MM-DDTHH:MM:SS[.mmm]`
+    /// text, a float that JSON cannot hold (NaN, ±∞) and a null as `null`,
+    /// bytes as [`bytes_json`] prints them.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Null => serde_json::Value::Null,
+            Value::String(s) => s.as_str().into(),
+            Value::Int64(i) => (*i).into(),
+            Value::Float64(f) => serde_json::Number::from_f64(*f).into(),
+            Value::Timestamp(ms) => format_timestamp(*ms).into(),
+            Value::Bytes(b) => bytes_json(b),
+        }
+    }
+}
+
+/// Bytes as JSON: their text if they are UTF-8, else `{"base64": "…"}`,
+/// the form a JSON input gives bytes that are not text in (see
+/// [`FieldType::Bytes`]).
+pub fn bytes_json(bytes: &[u8]) -> serde_json::Value {
+    use base64::Engine;
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.into(),
+        Err(_) => serde_json::json!({
+            "base64": base64::engine::general_purpose::STANDARD.encode(bytes)
+        }),
+    }
+}
+
+/// The bytes a JSON value gives a [`FieldType::Bytes`] field: a string's
+/// UTF-8 bytes, or the decoded `base64` of `{"base64": "…"}`; the error
+/// says what is wrong.
+pub(crate) fn bytes_of_json(v: serde_json::Value) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    match v {
+        serde_json::Value::String(s) => Ok(s.into_bytes()),
+        serde_json::Value::Object(m) if m.len() == 1 => match m.get("base64") {
+            Some(serde_json::Value::String(b)) => base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .map_err(|e| format!("\"base64\" is not base64: {e}")),
+            _ => Err("expected bytes: a string, or {\"base64\": \"…\"}".to_owned()),
+        },
+        other => Err(format!(
+            "expected bytes: a string, or {{\"base64\": \"…\"}}, got {other}"
+        )),
+    }
 }
 
 /// One input record: values in schema order, and its 1-based position.
@@ -90,34 +146,25 @@ pub struct Row {
 }
 
 impl Row {
-    /// The row as a JSON object of `schema`'s field names: a timestamp as
-    /// `YYYY-MM-DDTHH:MM:SS[.mmm]` text, a float that JSON cannot hold
-    /// (NaN, ±∞) and a null as `null`.
+    /// The row as a JSON object of `schema`'s field names, each value as
+    /// [`Value::to_json`] prints it.
     pub fn to_json(&self, schema: &Schema) -> serde_json::Value {
         let fields = schema
             .fields
             .iter()
             .zip(&self.values)
-            .map(|((name, _), v)| {
-                let v = match v {
-                    Value::Null => serde_json::Value::Null,
-                    Value::String(s) => s.as_str().into(),
-                    Value::Int64(i) => (*i).into(),
-                    Value::Float64(f) => serde_json::Number::from_f64(*f).into(),
-                    Value::Timestamp(ms) => format_timestamp(*ms).into(),
-                };
-                (name.clone(), v)
-            });
+            .map(|((name, _), v)| (name.clone(), v.to_json()));
         serde_json::Value::Object(fields.collect())
     }
 
-    /// Bytes of the row's text values (what `source.max-record-bytes`
-    /// bounds for a Parquet row).
+    /// Bytes of the row's text and bytes values (what
+    /// `source.max-record-bytes` bounds for a Parquet row).
     pub fn text_bytes(&self) -> u64 {
         self.values
             .iter()
             .map(|v| match v {
                 Value::String(s) => s.len() as u64,
+                Value::Bytes(b) => b.len() as u64,
                 _ => 0,
             })
             .sum()
@@ -137,6 +184,16 @@ impl Row {
         match std::mem::replace(&mut self.values[i], Value::Null) {
             Value::String(s) => Ok(s),
             other => Err(self.error(schema, i, format!("expected a string, got {other:?}"))),
+        }
+    }
+
+    /// Takes field `i` as bytes (a string's UTF-8 bytes too); `Null` is
+    /// an error naming the field.
+    pub fn take_bytes(&mut self, schema: &Schema, i: usize) -> Result<Vec<u8>, RecordError> {
+        match std::mem::replace(&mut self.values[i], Value::Null) {
+            Value::Bytes(b) => Ok(b),
+            Value::String(s) => Ok(s.into_bytes()),
+            other => Err(self.error(schema, i, format!("expected bytes, got {other:?}"))),
         }
     }
 
@@ -166,6 +223,7 @@ pub fn parse_text(text: &str, ty: FieldType) -> Result<Value, String> {
     let bad = |what: &str| format!("'{text}' is not {what}");
     match ty {
         FieldType::String => Ok(Value::String(text.to_owned())),
+        FieldType::Bytes => Ok(Value::Bytes(text.as_bytes().to_vec())),
         FieldType::Int64 => text
             .trim()
             .parse()
@@ -227,6 +285,19 @@ pub fn format_timestamp(ms: i64) -> String {
     )
 }
 
+/// Formats milliseconds since the epoch as RFC 3339 in UTC with
+/// milliseconds, `YYYY-MM-DDTHH:MM:SS.sssZ` (as Java's `Instant` and
+/// Cassandra's `timestamp` keep them); the number itself outside years
+/// 0–9999.
+pub fn format_timestamp_millis(ms: i64) -> String {
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) if (0..=9999).contains(&chrono::Datelike::year(&t)) => {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        }
+        _ => ms.to_string(),
+    }
+}
+
 /// `YYYY-MM-DDTHH:MM:SS` (or with a space for the `T`), the form strata
 /// writes and the flights data uses, parsed without chrono's
 /// format-string interpretation; `None` for any other text.
@@ -255,6 +326,22 @@ fn parse_plain_timestamp(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn millisecond_timestamps_keep_their_milliseconds_and_parse_back() {
+        for ms in [978_307_260_123, 978_307_260_000, 0, -1] {
+            let text = format_timestamp_millis(ms);
+            assert!(text.ends_with('Z') && text.len() == 24, "{text}");
+            assert_eq!(
+                parse_text(&text, FieldType::Timestamp).ok(),
+                Some(Value::Timestamp(ms))
+            );
+        }
+        assert_eq!(
+            format_timestamp_millis(978_307_260_123),
+            "2001-01-01T00:01:00.123Z"
+        );
+    }
 
     #[test]
     fn timestamps_parse_in_the_documented_forms() {

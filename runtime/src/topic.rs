@@ -2,7 +2,7 @@
 //! `strata_connectors::kafka::{load_topic, read_topic}`), with a progress
 //! bar on a terminal.
 
-use crate::cli::KafkaArgs;
+use crate::cli::ConfigArgs;
 use crate::error::{Result, RuntimeError};
 use std::path::PathBuf;
 use strata_connectors::kafka::{load_topic, read_topic, LoadOptions, ReadOptions};
@@ -21,7 +21,8 @@ pub(crate) enum TopicCommand {
         /// The topic.
         #[arg(long)]
         topic: String,
-        /// The key columns, comma-separated: the job's key (route-history: origin,destination).
+        /// The key columns, comma-separated: the job's key (route-history:
+        /// origin,destination; user-history: user_id).
         #[arg(long, value_delimiter = ',', required = true)]
         key: Vec<String>,
         /// Partitions of a topic created here [default: 1].
@@ -32,7 +33,7 @@ pub(crate) enum TopicCommand {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         rate: Option<u64>,
         #[command(flatten)]
-        settings: KafkaArgs,
+        settings: ConfigArgs,
     },
     /// Write every record of a topic, to the end of each partition, as JSON
     /// lines {partition, offset, timestamp, key, value, headers}.
@@ -50,7 +51,7 @@ pub(crate) enum TopicCommand {
         #[arg(long)]
         output: Option<PathBuf>,
         #[command(flatten)]
-        settings: KafkaArgs,
+        settings: ConfigArgs,
     },
 }
 

@@ -32,7 +32,8 @@ pub use group::{
 pub use security::KafkaSecurity;
 pub use sink::{KafkaSink, KafkaSinkOptions, OutRecord};
 pub use source::{
-    Fetched, KafkaSource, KafkaSourceOptions, PartitionOffset, Polled, RowDecoder, SourceStats,
+    Fetched, KafkaSource, KafkaSourceOptions, KafkaStart, PartitionOffset, Polled, RowDecoder,
+    SourceStats,
 };
 pub use topic::{load_topic, read_topic, LoadOptions, LoadReport, ReadOptions};
 

@@ -55,9 +55,8 @@ pub struct KafkaSourceOptions {
     pub partitions: Option<Vec<i32>>,
     /// The consumer group offsets are committed to (monitoring only).
     pub group: String,
-    /// Without a restored position: start at the end (`latest`) rather
-    /// than at the beginning (`earliest`, the default).
-    pub start_latest: bool,
+    /// Where a partition without a restored position starts.
+    pub start: KafkaStart,
     /// Stop at the end offsets seen at open.
     pub bounded: bool,
     /// Messages per batch handed to the source task.
@@ -67,6 +66,24 @@ pub struct KafkaSourceOptions {
     /// Decodes each message into a row on the reader thread
     /// ([`Fetched::row`]); `None`: the caller decodes.
     pub decode: Option<RowDecoder>,
+}
+
+/// Where a [`KafkaSource`] starts a partition it has no restored position
+/// for (`?start=` / `source.kafka.start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaStart {
+    /// At the beginning of the partition (the default).
+    #[default]
+    Earliest,
+    /// At its end when the source opens.
+    Latest,
+    /// At the offset the consumer group (`group`) committed, as another
+    /// consumer left it (the job strata takes over from); at the beginning
+    /// where the group committed none. An offset strata itself committed
+    /// (its metadata starts `strata:`) is refused: it belongs to a run
+    /// whose checkpoints hold the state that goes with it.
+    Committed,
 }
 
 /// Turns a message into a row of the job's schema (or says what is wrong
@@ -181,17 +198,21 @@ impl KafkaSource {
             .iter()
             .map(|o| ((o.topic.as_str(), o.partition), o.offset))
             .collect();
+        let committed = match (restored, options.start) {
+            (None, KafkaStart::Committed) => committed_offsets(&consumer, options, &partitions)?,
+            _ => HashMap::new(),
+        };
         let mut tpl = TopicPartitionList::new();
         let mut next = Vec::new();
         for (topic, p) in &partitions {
-            let offset = match (
-                at.get(&(topic.as_str(), *p)),
-                restored,
-                options.start_latest,
-            ) {
+            let key = (topic.as_str(), *p);
+            let offset = match (at.get(&key), restored, options.start) {
                 (Some(o), _, _) => Offset::Offset(*o),
-                (None, Some(_), _) | (None, None, false) => Offset::Beginning,
-                (None, None, true) => Offset::End,
+                (None, None, KafkaStart::Latest) => Offset::End,
+                (None, None, KafkaStart::Committed) => committed
+                    .get(&(topic.clone(), *p))
+                    .map_or(Offset::Beginning, |o| Offset::Offset(*o)),
+                (None, _, _) => Offset::Beginning,
             };
             let (low, high) = watermarks(&consumer, topic, *p)?;
             next.push(match offset {
@@ -353,6 +374,44 @@ fn consumer(options: &KafkaSourceOptions) -> Result<BaseConsumer> {
     )
     .create()
     .map_err(ConnectorError::kafka("create the consumer"))
+}
+
+/// The offsets group `options.group` committed for `partitions` (none
+/// for a partition it committed nothing for).
+///
+/// Errors: the group cannot be asked; an offset strata committed.
+fn committed_offsets(
+    consumer: &BaseConsumer,
+    options: &KafkaSourceOptions,
+    partitions: &[(String, i32)],
+) -> Result<HashMap<(String, i32), i64>> {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, p) in partitions {
+        tpl.add_partition(topic, *p);
+    }
+    let group = &options.group;
+    let committed =
+        consumer
+            .committed_offsets(tpl, CALL_TIMEOUT)
+            .map_err(ConnectorError::kafka(format!(
+                "the offsets group {group} committed"
+            )))?;
+    let mut out = HashMap::new();
+    for e in committed.elements() {
+        let Offset::Offset(offset) = e.offset() else {
+            continue;
+        };
+        if e.metadata().starts_with("strata:") {
+            return Err(ConnectorError::KafkaUsage(format!(
+                "start=committed: group {group} holds the offset {offset} of {}/{} that strata committed ({}): continue that run from its checkpoints, or name the group of the job strata takes over from",
+                e.topic(),
+                e.partition(),
+                e.metadata()
+            )));
+        }
+        out.insert((e.topic().to_owned(), e.partition()), offset);
+    }
+    Ok(out)
 }
 
 fn watermarks(consumer: &BaseConsumer, topic: &str, p: i32) -> Result<(i64, i64)> {

@@ -216,6 +216,7 @@ fn field_type(t: &arrow::datatypes::DataType) -> Option<FieldType> {
         t if t.is_integer() => Some(FieldType::Int64),
         t if t.is_floating() => Some(FieldType::Float64),
         D::Timestamp(..) | D::Date32 | D::Date64 => Some(FieldType::Timestamp),
+        D::Binary | D::LargeBinary | D::BinaryView => Some(FieldType::Bytes),
         _ => None,
     }
 }
@@ -244,7 +245,7 @@ fn load_rows(
             row.map_err(|e| ConnectorError::KafkaUsage(format!("{}: {e}", file.display())))?;
         let mut object = serde_json::Map::new();
         for ((name, _), v) in schema.fields.iter().zip(&row.values) {
-            object.insert(name.clone(), json_of(v));
+            object.insert(name.clone(), Value::to_json(v));
         }
         let mut parts = Vec::with_capacity(key_at.len());
         for &i in &key_at {
@@ -335,16 +336,6 @@ fn null_key(file: &Path, record: u64, column: &str) -> ConnectorError {
     ))
 }
 
-fn json_of(v: &Value) -> serde_json::Value {
-    match v {
-        Value::Null => serde_json::Value::Null,
-        Value::String(s) => serde_json::Value::from(s.as_str()),
-        Value::Int64(i) => serde_json::Value::from(*i),
-        Value::Float64(f) => serde_json::Value::from(*f),
-        Value::Timestamp(ms) => serde_json::Value::from(format_timestamp(*ms)),
-    }
-}
-
 fn key_text(v: &Value) -> Option<String> {
     match v {
         Value::Null => None,
@@ -352,6 +343,7 @@ fn key_text(v: &Value) -> Option<String> {
         Value::Int64(i) => Some(i.to_string()),
         Value::Float64(f) => Some(f.to_string()),
         Value::Timestamp(ms) => Some(format_timestamp(*ms)),
+        Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
     }
 }
 

@@ -6,7 +6,7 @@
 //!
 //! | key | default | allowed | meaning |
 //! |---|---|---|---|
-//! | `source.kafka.start` | `earliest` | `earliest`, `latest` | where a fresh run starts (also `?start=` in the address) |
+//! | `source.kafka.start` | `earliest` | `earliest`, `latest`, `committed` | where a fresh run starts (also `?start=` in the address); `committed`: the group's committed offsets, as the job strata takes over from left them |
 //! | `source.kafka.bounded` | `false` | `true`, `false` | stop at the end offsets seen at start, take a final checkpoint and exit |
 //! | `source.kafka.timestamp` | `column` | `column`, `record` | event time from the job's time column, or the message timestamp |
 //! | `source.kafka.require-key` | `true` | `true`, `false` | a message must be keyed by the job's key (else it is a bad record) |
@@ -24,9 +24,8 @@ use crate::error::Result;
 /// Kafka settings of a job.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KafkaSettings {
-    /// `source.kafka.start`: `Some(true)` = latest; `None` = the address's
-    /// `?start=`, else earliest.
-    pub start_latest: Option<bool>,
+    /// `source.kafka.start`; `None`: the address's `?start=`, else earliest.
+    pub start: Option<strata_connectors::kafka::KafkaStart>,
     /// `source.kafka.bounded`.
     pub bounded: bool,
     /// `source.kafka.timestamp=record`.
@@ -56,7 +55,7 @@ pub struct KafkaSettings {
 impl Default for KafkaSettings {
     fn default() -> Self {
         Self {
-            start_latest: None,
+            start: None,
             bounded: false,
             record_time: false,
             require_key: true,
@@ -90,7 +89,7 @@ impl KafkaSettings {
         }
         match key {
             "source.kafka.start" => {
-                self.start_latest = Some(one_of(key, v, &["earliest", "latest"])? == "latest")
+                self.start = Some(kafka_start(one_of(key, v, START)?));
             }
             "source.kafka.bounded" => self.bounded = flag(key, v)?,
             "source.kafka.timestamp" => {
@@ -176,5 +175,18 @@ fn property_hint(p: &str) -> &'static str {
         "ssl.key.location" => "ssl.key",
         "ssl.endpoint.identification.algorithm" => "ssl.verify-hostname",
         _ => "* (security.protocol, sasl.mechanism, sasl.username, ssl.ca, ssl.certificate, ssl.key, ssl.verify-hostname)",
+    }
+}
+
+/// The values of `source.kafka.start` and `?start=`.
+pub(crate) const START: &[&str] = &["earliest", "latest", "committed"];
+
+/// The start of one of [`START`]'s values (earliest for any other).
+pub(crate) fn kafka_start(text: &str) -> strata_connectors::kafka::KafkaStart {
+    use strata_connectors::kafka::KafkaStart;
+    match text {
+        "latest" => KafkaStart::Latest,
+        "committed" => KafkaStart::Committed,
+        _ => KafkaStart::Earliest,
     }
 }

@@ -4,9 +4,12 @@
 //! (`docs/migration.md`).
 //!
 //! Input: rows `user_id` (string), `event_time` (timestamp), `payload`
-//! (string; its UTF-8 bytes are the event's payload). Key: `user_id`.
+//! (bytes: a Parquet binary or string column; in CSV and JSON text, whose
+//! UTF-8 bytes are the payload, or in JSON `{"base64": "…"}` for a binary
+//! one). Key: `user_id`.
 //! Output per event, one JSON line:
-//! `{"user_id":"u42","event_time":"2026-01-05T10:00:00","events_60d":3,"payload_bytes_60d":310}`.
+//! `{"user_id":"u42","event_time":"2026-01-05T10:00:00.250Z","events_60d":3,"payload_bytes_60d":310}`
+//! (times in UTC, to the millisecond, as the old job's table keeps them).
 //!
 //! The history is a `ListState<Vec<u8>>` named `events` (element = payload
 //! bytes, element time = event time) with a 60-day event-time TTL. That is
@@ -24,7 +27,7 @@ use crate::query::QueryableStates;
 use serde::Serialize;
 use std::time::Duration;
 use strata_cache::{ListState, StateDescriptor, StateStore, Ttl};
-use strata_connectors::{format_timestamp, FieldType, RecordError, Row, Schema};
+use strata_connectors::{bytes_json, format_timestamp_millis, FieldType, RecordError, Row, Schema};
 
 /// The window length: exactly 60 days, in milliseconds.
 pub const WINDOW_MS: i64 = 60 * 24 * 3600 * 1000;
@@ -47,7 +50,7 @@ pub struct UserEvent {
 pub struct UserStats {
     /// The user.
     pub user_id: String,
-    /// The event's time, `YYYY-MM-DDTHH:MM:SS`.
+    /// The event's time, `YYYY-MM-DDTHH:MM:SS.sssZ` (UTC).
     pub event_time: String,
     /// The user's events in the window.
     pub events_60d: u64,
@@ -60,7 +63,7 @@ pub fn schema() -> Schema {
     Schema::new(&[
         ("user_id", FieldType::String),
         ("event_time", FieldType::Timestamp),
-        ("payload", FieldType::String),
+        ("payload", FieldType::Bytes),
     ])
 }
 
@@ -70,7 +73,7 @@ pub fn parse(mut row: Row, schema: &Schema) -> Result<UserEvent, RecordError> {
     Ok(UserEvent {
         user_id: row.take_string(schema, 0)?,
         event_time: row.timestamp(schema, 1)?,
-        payload: row.take_string(schema, 2)?.into_bytes(),
+        payload: row.take_bytes(schema, 2)?,
     })
 }
 
@@ -115,10 +118,10 @@ impl KeyedProcessFunction for UserHistory {
     }
 
     /// A user's events print as their times and payloads (as text where
-    /// they are UTF-8).
+    /// they are UTF-8, else `{"base64": "…"}`).
     fn queryable_states(&self) -> QueryableStates {
         QueryableStates::new(&["user_id"], key_of_fields).list_with::<Vec<u8>>(EVENTS, |ts, payload| {
-            serde_json::json!({"event_time": format_timestamp(ts), "payload": String::from_utf8_lossy(payload)})
+            serde_json::json!({"event_time": format_timestamp_millis(ts), "payload": bytes_json(payload)})
         })
     }
 
@@ -148,7 +151,7 @@ impl KeyedProcessFunction for UserHistory {
         }
         ctx.emit(UserStats {
             user_id: e.user_id,
-            event_time: format_timestamp(e.event_time),
+            event_time: format_timestamp_millis(e.event_time),
             events_60d: count,
             payload_bytes_60d: bytes,
         });

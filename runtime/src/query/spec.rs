@@ -147,6 +147,11 @@ impl QueryableStates {
         self.states.keys().map(String::as_str).collect()
     }
 
+    /// The kind of state `name` (`value`, `list` or `map`), if queryable.
+    pub fn kind_of(&self, name: &str) -> Option<&'static str> {
+        self.states.get(name).map(|r| r.kind())
+    }
+
     /// The key's fields' names.
     pub fn key_fields(&self) -> &[String] {
         &self.key_fields
