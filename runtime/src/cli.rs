@@ -17,6 +17,8 @@
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
+use crate::inspect::KeyState;
+pub use crate::job_spec::{JobSpec, PipelineRun};
 use crate::jobs::route_history::{self, RouteHistory};
 use crate::jobs::user_history::{self, UserHistory};
 use crate::pipeline::{JobReport, Pipeline, RestoreFrom};
@@ -34,7 +36,12 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a built-in job to the end of its input.
-    Run(RunArgs),
+    Run {
+        /// The job to run.
+        job: Job,
+        #[command(flatten)]
+        args: RunArgs,
+    },
     /// Inspect checkpoints.
     Checkpoints {
         #[command(subcommand)]
@@ -77,15 +84,16 @@ enum JobsCommand {
         #[arg(long)]
         topic: Option<String>,
         #[command(flatten)]
-        settings: KafkaArgs,
+        settings: ConfigArgs,
     },
 }
 
-/// Where a command that only talks to Kafka finds the `kafka.*` keys (TLS,
-/// SASL): the job's configuration file and `-D` overrides.
+/// Where a command that does not run a job finds the settings it needs
+/// (`kafka.*` for TLS and SASL, `state.l3.*` to read L3): the job's
+/// configuration file and `-D` overrides.
 #[derive(Debug, clap::Args)]
-pub(crate) struct KafkaArgs {
-    /// A TOML configuration file (its `kafka.*` keys are used).
+pub(crate) struct ConfigArgs {
+    /// The job's TOML configuration file (only the keys this command needs are used).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Set a configuration key, e.g. -D kafka.security.protocol=sasl_ssl (repeatable).
@@ -93,12 +101,16 @@ pub(crate) struct KafkaArgs {
     overrides: Vec<String>,
 }
 
-impl KafkaArgs {
-    /// The settings every client of the command uses, after a first
+impl ConfigArgs {
+    /// The configuration, checked as a run checks it.
+    pub(crate) fn load(&self) -> Result<JobConfig> {
+        JobConfig::load(self.config.as_deref(), &self.overrides)
+    }
+
+    /// The settings every Kafka client of the command uses, after a first
     /// contact with `brokers` (see `kafka_contact`).
     pub(crate) fn reach(&self, brokers: &str) -> Result<strata_connectors::kafka::KafkaSecurity> {
-        let config = JobConfig::load(self.config.as_deref(), &self.overrides)?;
-        crate::kafka_contact::reach_blocking(&config.kafka.security, &[brokers])
+        crate::kafka_contact::reach_blocking(&self.load()?.kafka.security, &[brokers])
     }
 }
 
@@ -112,15 +124,12 @@ enum MigrationCommand {
     WriteBack {
         /// The job whose checkpoints these are.
         job: Job,
-        /// The job's checkpoint directory.
+        /// The job's checkpoint directory; for a consumer group, the
+        /// shared one, whose every shard (`p-<N>`) is written back.
         #[arg(long)]
         checkpoint_dir: PathBuf,
-        /// The job's TOML configuration file.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Override a configuration key, e.g. -D state.l3.keyspace=strata (repeatable).
-        #[arg(short = 'D', value_name = "KEY=VALUE")]
-        overrides: Vec<String>,
+        #[command(flatten)]
+        settings: ConfigArgs,
     },
 }
 
@@ -133,10 +142,10 @@ pub(crate) enum Job {
     UserHistory,
 }
 
+/// How a job runs: `strata run <job>`'s flags, and those of a program
+/// that runs a job of its own ([`main_for`]).
 #[derive(Debug, clap::Args)]
-pub(crate) struct RunArgs {
-    /// The job to run.
-    pub(crate) job: Job,
+pub struct RunArgs {
     /// Input file (.parquet, .csv or .jsonl), or Kafka topics:
     /// kafka://host:port[,host:port]/topic[,topic][?start=earliest|latest].
     /// With `?group=G` (one topic) the process joins consumer group G and
@@ -196,6 +205,13 @@ enum StateCommand {
     /// STRATA_QUERY_TOKEN). The key is given as its fields: route-history's
     /// `ORIGIN DESTINATION` (e.g. `strata state get out/_checkpoints history
     /// LAS PHL`), user-history's user id (e.g. `… events alice`).
+    ///
+    /// From a checkpoint it prints `{"checkpoint", "state", "key",
+    /// "status", "value"}`: status `live` with the value, `expired` (the
+    /// key's state is all past its TTL at the checkpoint's watermark), or
+    /// `no such key`. A checkpoint of a job with L3 is read through L3:
+    /// give the job's --config (or -D state.l3.contact-points=…).
+    #[command(after_long_help = states_help())]
     Get {
         /// The query address of a running job, instead of a checkpoint directory.
         #[arg(long, value_name = "URL")]
@@ -216,22 +232,15 @@ enum StateCommand {
         /// key's fields.
         #[arg(required = true, num_args = 2.., value_name = "[DIR] STATE KEY")]
         args: Vec<String>,
+        #[command(flatten)]
+        settings: ConfigArgs,
     },
 }
 
 /// Runs the CLI; the error's `Display` is the one-line reason to print.
 pub fn main(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Run(args) => {
-            if let Some(group) = crate::group::command::group_of(&args.input)? {
-                let report = crate::group::command::run(group, args)?;
-                eprintln!("{}", crate::group::summary(&report));
-                return Ok(());
-            }
-            let report = run(args)?;
-            eprintln!("{}", summary(&report));
-            Ok(())
-        }
+        Command::Run { job, args } => run_job(job, args),
         Command::Checkpoints {
             command: CheckpointsCommand::List { dir },
         } => {
@@ -245,21 +254,30 @@ pub fn main(cli: Cli) -> Result<()> {
                 MigrationCommand::WriteBack {
                     job,
                     checkpoint_dir,
-                    config,
-                    overrides,
+                    settings,
                 },
         } => {
-            let config = JobConfig::load(config.as_deref(), &overrides)?;
-            let (name, states) = job.states();
-            let done = crate::write_back::write_back(&checkpoint_dir, name, &states, &config)?;
-            eprintln!(
-                "strata: wrote {} keys of checkpoint {} to L3 ({}) in {:.1} s; {} can no longer be restored",
-                done.keys,
-                done.checkpoint,
-                done.tables,
-                done.elapsed.as_secs_f64(),
-                checkpoint_dir.display()
-            );
+            let config = settings.load()?;
+            let all = crate::write_back::write_back_all(
+                &checkpoint_dir,
+                job.name(),
+                &job.states(),
+                &config,
+            )?;
+            for (shard, done) in all {
+                let dir = match &shard {
+                    Some(shard) => checkpoint_dir.join(shard),
+                    None => checkpoint_dir.clone(),
+                };
+                eprintln!(
+                    "strata: wrote {} keys of checkpoint {} to L3 ({}) in {:.1} s; {} can no longer be restored",
+                    done.keys,
+                    done.checkpoint,
+                    done.tables,
+                    done.elapsed.as_secs_f64(),
+                    dir.display()
+                );
+            }
             Ok(())
         }
         Command::Topic { command } => crate::topic::main(command),
@@ -287,12 +305,13 @@ pub fn main(cli: Cli) -> Result<()> {
                     limit,
                     entry,
                     args,
+                    settings,
                 },
         } => {
             let options = [("since", since), ("limit", limit), ("entry", entry)];
             let json = match job {
                 Some(url) => crate::query::client::get(&url, &args[0], &args[1..], &options)?,
-                None => state_from_checkpoint(&args)?,
+                None => state_from_checkpoint(&args, &settings.load()?)?,
             };
             print_line(&json.to_string())
         }
@@ -300,8 +319,8 @@ pub fn main(cli: Cli) -> Result<()> {
 }
 
 /// `strata state get <dir> <state> <key>…`: one key's state in the latest
-/// checkpoint, printed as a query prints it (an empty list when absent).
-fn state_from_checkpoint(args: &[String]) -> Result<serde_json::Value> {
+/// checkpoint: live (with its value), expired, or no such key.
+fn state_from_checkpoint(args: &[String], config: &JobConfig) -> Result<serde_json::Value> {
     let [dir, state, key @ ..] = args else {
         return Err(RuntimeError::Usage(
             "strata state get <checkpoint-dir> <state> <key>… (or --job <url> <state> <key>…)"
@@ -317,11 +336,11 @@ fn state_from_checkpoint(args: &[String]) -> Result<serde_json::Value> {
     let name = crate::inspect::latest(&dir)?.job;
     let Some(job) = Job::named(&name) else {
         return Err(RuntimeError::Usage(format!(
-            "{} holds checkpoints of job '{name}', whose state `strata state get` cannot print (read it through strata_runtime::inspect::with_key_state)",
+            "{} holds checkpoints of job '{name}', whose state `strata state get` cannot print (read it through strata_runtime::inspect::read_key_state)",
             dir.display()
         )));
     };
-    let (_, states) = job.states();
+    let states = job.states();
     let spec = job.queryable_states();
     if !spec.names().contains(&state.as_str()) {
         return Err(RuntimeError::Usage(format!(
@@ -330,37 +349,43 @@ fn state_from_checkpoint(args: &[String]) -> Result<serde_json::Value> {
         )));
     }
     let stored_key = job.key_of_fields(key)?;
-    crate::inspect::with_key_state(&dir, &states, &stored_key, |store, meta| {
-        let value = spec.read(store, state, &stored_key)?;
-        Ok(
-            serde_json::json!({"checkpoint": meta.id, "state": state, "key": key,
-            "value": value.unwrap_or(serde_json::Value::Array(Vec::new()))}),
-        )
-    })
+    let read = |store: &strata_cache::StateStore| spec.read(store, state, &stored_key);
+    let (meta, found) = crate::inspect::read_key_state(&dir, &states, &stored_key, config, read)?;
+    let mut answer = serde_json::json!({"checkpoint": meta.id, "state": state, "key": key});
+    answer["status"] = match found {
+        KeyState::Live(value) => {
+            answer["value"] = value;
+            "live".into()
+        }
+        KeyState::Expired => "expired".into(),
+        KeyState::Absent => "no such key".into(),
+    };
+    Ok(answer)
+}
+
+/// The built-in jobs' states, as `strata state get --help` lists them.
+fn states_help() -> String {
+    let mut text = String::from("States of the built-in jobs:\n");
+    for job in [Job::RouteHistory, Job::UserHistory] {
+        let spec = job.queryable_states();
+        for name in spec.names() {
+            text.push_str(&format!(
+                "  {:<14} {name} ({}), key: {}\n",
+                job.name(),
+                spec.kind_of(name).unwrap_or("?"),
+                spec.key_fields().join(" ").to_uppercase()
+            ));
+        }
+    }
+    text
 }
 
 impl Job {
-    /// The job's name and the states it declares.
-    pub(crate) fn states(self) -> (&'static str, Vec<strata_cache::StateDescriptor>) {
-        match self {
-            Job::RouteHistory => ("route-history", RouteHistory::default().states()),
-            Job::UserHistory => ("user-history", UserHistory::default().states()),
-        }
-    }
-
-    /// The job of this name (as checkpoints record it).
+    /// The built-in job of this name (as checkpoints record it).
     fn named(name: &str) -> Option<Job> {
         [Job::RouteHistory, Job::UserHistory]
             .into_iter()
-            .find(|j| j.states().0 == name)
-    }
-
-    /// The states queries may read, and how its keys are given.
-    pub(crate) fn queryable_states(self) -> crate::query::QueryableStates {
-        match self {
-            Job::RouteHistory => RouteHistory::default().queryable_states(),
-            Job::UserHistory => UserHistory::default().queryable_states(),
-        }
+            .find(|j| j.name() == name)
     }
 
     /// The stored key of a key given field by field.
@@ -372,23 +397,89 @@ impl Job {
     }
 }
 
-fn run(args: RunArgs) -> Result<JobReport> {
+/// Runs `job` as `args` say: alone, or as this process's shards of the
+/// consumer group `--input` names; prints the summary line.
+///
+/// Errors: a wrong command line or configuration
+/// ([`RuntimeError::is_usage`]), a failed or interrupted run.
+pub fn run_job<J: JobSpec>(job: J, args: RunArgs) -> Result<()> {
+    if let Some(group) = crate::group::command::group_of(&args.input)? {
+        let report = crate::group::command::run(job, group, args)?;
+        eprintln!("{}", crate::group::summary(&report));
+        return Ok(());
+    }
     let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
-    let (job, input) = (args.job, args.input.clone());
-    job.pipeline(config, &input, Finish(args))
+    let input = args.input.clone();
+    let report = job.pipeline(config, &input, Finish(job, args))?;
+    eprintln!("{}", summary(&report));
+    Ok(())
 }
 
-/// Something done with a job's pipeline, whatever the job's types.
-pub(crate) trait PipelineRun {
-    fn run<F>(self, pipeline: Pipeline<F>) -> Result<JobReport>
-    where
-        F: KeyedProcessFunction,
-        F::Out: serde::Serialize;
+/// The command line of a program that runs a job of its own ([`main_for`]):
+/// `<program> run --input … --output … [the flags of strata run]`.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct JobCli {
+    #[command(subcommand)]
+    command: JobCommand,
 }
 
-impl Job {
-    /// The job's pipeline reading `input` (source, key, timestamps), handed to `then`.
-    pub(crate) fn pipeline(
+#[derive(Debug, Subcommand)]
+enum JobCommand {
+    /// Run the job to the end of its input (the flags of `strata run`).
+    Run(RunArgs),
+}
+
+/// The `main` of a program that runs `job`, a job of its own, with the
+/// command line, configuration, checkpoints, metrics, queries and
+/// consumer groups of `strata run`: parses the arguments, runs, prints
+/// `strata: error: …` and exits 2 for a wrong invocation, 1 for a failed
+/// job, as `strata` does. `strata checkpoints list` reads its checkpoints.
+pub fn main_for<J: JobSpec>(job: J) -> std::process::ExitCode {
+    let cli = JobCli::parse();
+    let JobCommand::Run(args) = cli.command;
+    exit_code(run_job(job, args))
+}
+
+/// The exit code of a command's result, its error printed: 2 for a wrong
+/// invocation (as clap's own usage errors), 1 for a failed job.
+pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata: error: {e}");
+            if e.is_usage() {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+impl JobSpec for Job {
+    fn name(self) -> &'static str {
+        match self {
+            Job::RouteHistory => "route-history",
+            Job::UserHistory => "user-history",
+        }
+    }
+
+    fn states(self) -> Vec<strata_cache::StateDescriptor> {
+        match self {
+            Job::RouteHistory => RouteHistory::default().states(),
+            Job::UserHistory => UserHistory::default().states(),
+        }
+    }
+
+    fn queryable_states(self) -> crate::query::QueryableStates {
+        match self {
+            Job::RouteHistory => RouteHistory::default().queryable_states(),
+            Job::UserHistory => UserHistory::default().queryable_states(),
+        }
+    }
+
+    fn pipeline(
         self,
         config: JobConfig,
         input: &std::ffi::OsStr,
@@ -411,21 +502,21 @@ impl Job {
     }
 }
 
-/// A plain run: the rest of the command line's settings, then run.
-struct Finish(RunArgs);
+/// A plain run of a job: the rest of the command line's settings, then run.
+struct Finish<J>(J, RunArgs);
 
-impl PipelineRun for Finish {
+impl<J: JobSpec> PipelineRun for Finish<J> {
     fn run<F>(self, pipeline: Pipeline<F>) -> Result<JobReport>
     where
         F: KeyedProcessFunction,
         F::Out: serde::Serialize,
     {
-        finish(pipeline, self.0)
+        finish(pipeline, self.0, self.1)
     }
 }
 
 /// Adds the sink, checkpoint and metrics settings of `args` and runs.
-fn finish<F>(pipeline: Pipeline<F>, args: RunArgs) -> Result<JobReport>
+fn finish<F>(pipeline: Pipeline<F>, job: impl JobSpec, args: RunArgs) -> Result<JobReport>
 where
     F: KeyedProcessFunction,
     F::Out: serde::Serialize,
@@ -438,8 +529,8 @@ where
         Some(addr) => Some(crate::query::QueryService::start(
             crate::query::client::parse_addr(addr)?,
             crate::query::client::token(),
-            args.job.states().0,
-            args.job.queryable_states(),
+            job.name(),
+            job.queryable_states(),
         )?),
         None => None,
     };
@@ -481,7 +572,14 @@ fn restore_arg(
         .and_then(|n| n.strip_prefix("chk-"))
         .and_then(|n| n.parse::<u64>().ok());
     let (Some(id), Some(parent)) = (id, path.parent()) else {
-        let hint = if path.join("_lock").is_file() {
+        let strata_dir = ["_lock", "_checkpoints"]
+            .iter()
+            .any(|n| path.join(n).exists())
+            || std::fs::read_dir(&path).is_ok_and(|mut entries| {
+                entries
+                    .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("chk-")))
+            });
+        let hint = if strata_dir {
             format!(" ({arg} looks like a checkpoint or output directory: --restore latest with --checkpoint-dir, or its chk-N)")
         } else {
             String::new()

@@ -18,6 +18,28 @@ use std::path::Path;
 #[derive(Debug)]
 pub(crate) struct DirLock {
     _file: fs::File,
+    path: std::path::PathBuf,
+    remove: std::sync::atomic::AtomicBool,
+}
+
+impl DirLock {
+    /// The run ended normally: `_lock` is removed when the lock is dropped,
+    /// while still held (a locker checks that the file it locked is still
+    /// the one at the path, so this is safe). A crash leaves the file; it
+    /// locks nothing once its process is gone.
+    pub(crate) fn remove_at_release(&self) {
+        self.remove
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        if self.remove.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = fs::remove_file(&self.path);
+        }
+        // `_file` closes after this, ending the lock.
+    }
 }
 
 /// Creates `dir` if needed and locks it as the `role` of this process (for
@@ -59,7 +81,11 @@ pub(crate) fn lock_dir(dir: &Path, role: &str) -> Result<DirLock> {
         .and_then(|_| file.write_all(me.as_bytes()))
         .map_err(RuntimeError::io(&path))?;
     check_ancestors(dir, role)?;
-    Ok(DirLock { _file: file })
+    Ok(DirLock {
+        _file: file,
+        path,
+        remove: Default::default(),
+    })
 }
 
 /// Whether `file` is still the file at `path` (same device and inode).

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 pub(crate) struct LocalDir {
     path: PathBuf,
     is_default: bool,
-    _lock: DirLock,
+    lock: DirLock,
 }
 
 /// Whether `name` is an entry strata writes into the live state directory.
@@ -86,7 +86,7 @@ impl LocalDir {
         Ok(Self {
             path,
             is_default,
-            _lock: lock,
+            lock,
         })
     }
 
@@ -109,10 +109,8 @@ impl LocalDir {
                 std::fs::remove_dir_all(entry.path()).map_err(RuntimeError::io(&entry.path()))?;
             }
         }
-        // Last, while still held (`lock_dir` checks that the file it locked
-        // is still the one at the path, so removing it is safe).
-        let lock = self.path.join("_lock");
-        std::fs::remove_file(&lock).map_err(RuntimeError::io(&lock))
+        self.lock.remove_at_release();
+        Ok(())
     }
 }
 

@@ -98,6 +98,40 @@ pub fn write_back(
     })
 }
 
+/// [`write_back`] of a job's checkpoint directory, or of each shard of a
+/// consumer group's (`<dir>/p-<N>`, with the shard's L3 table
+/// `<state.l3.table>_p<N>`): one entry per shard written, named (`None`
+/// for a job alone). A shard already written back (a repeat after a
+/// failure) is skipped.
+///
+/// Errors: those of [`write_back`], for the first shard that fails.
+pub fn write_back_all(
+    dir: &Path,
+    job: &str,
+    states: &[StateDescriptor],
+    config: &JobConfig,
+) -> Result<Vec<(Option<String>, WriteBack)>> {
+    let shards = crate::inspect::shards_of(dir)?;
+    let own_checkpoints = !CheckpointStorage::existing(dir)?.list()?.is_empty();
+    if shards.is_empty() || own_checkpoints {
+        return Ok(vec![(None, write_back(dir, job, states, config)?)]);
+    }
+    let mut done = Vec::new();
+    for shard in shards {
+        let shard_dir = dir.join(&shard);
+        if shard_dir.join(MARKER).exists() {
+            eprintln!("strata: {shard}: already written back, skipped");
+            continue;
+        }
+        let mut config = config.clone();
+        if let Some(p) = shard.strip_prefix("p-").and_then(|p| p.parse().ok()) {
+            config.l3.for_shard(p);
+        }
+        done.push((Some(shard), write_back(&shard_dir, job, states, &config)?));
+    }
+    Ok(done)
+}
+
 /// The latest checkpoint of `job` in `storage`, if not written back yet.
 fn checkpoint_to_write_back(storage: &CheckpointStorage, job: &str) -> Result<CheckpointMetadata> {
     refuse_written_back(storage)?;

@@ -46,10 +46,11 @@ fn a_start_that_fails_its_checks_creates_nothing() {
         (no_format, "cannot tell the format"),
         (no_column, "distance"),
     ];
+    // A missing file, an unknown format, a missing column: wrong
+    // invocations, exit 2, as the guide's "Bad input" table says.
     for (input, says) in cases {
         let o = strata(&route_history_args(&input, &out, None, &[]));
-        let e = error_line(&o);
-        assert!(e.contains(says), "{}: {e}", input.display());
+        refused(&o, &[says]);
     }
     let config = strata(&route_history_args(
         &good,
@@ -325,13 +326,15 @@ fn an_interrupt_before_the_first_checkpoint_says_nothing_is_committed() {
 }
 
 #[test]
-fn state_get_prints_a_user_history_key_as_well_as_a_route() {
+fn state_get_prints_a_user_history_key_as_well_as_a_route_and_tells_live_from_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("events.jsonl");
+    // An expired user is told apart in tests/tests/l3.rs: here the job
+    // drops expired state as it writes, so none is left to find.
     let events = [
         ("alice", 1_000_000_000_000_i64, "hello"),
         ("bob", 1_000_000_001_000, "x"),
-        ("alice", 1_000_000_002_000, "world"),
+        ("alice", 1_000_000_002_250, "world"),
     ];
     let lines: Vec<String> = events
         .iter()
@@ -363,9 +366,146 @@ fn state_get_prints_a_user_history_key_as_well_as_a_route() {
         .map(|e| e["payload"].as_str().unwrap())
         .collect();
     assert_eq!(payloads, ["hello", "world"]);
-    assert_eq!(v["value"][1]["event_time"], "2001-09-09T01:46:42");
+    assert_eq!(v["value"][1]["event_time"], "2001-09-09T01:46:42.250Z");
+    assert_eq!(v["status"], "live", "{v}");
+    let status = |user: &str| {
+        let o = strata(&["state", "get", chk, "events", user]);
+        assert!(o.status.success(), "{}", error_line(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(v.get("value").is_none(), "{v}");
+        v["status"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(status("dave"), "no such key");
+    let help = strata(&["state", "get", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for listed in [
+        "route-history",
+        "history (list), key: ORIGIN DESTINATION",
+        "user-history",
+        "events (list), key: USER_ID",
+    ] {
+        assert!(help.contains(listed), "'{listed}' missing from: {help}");
+    }
     let two = strata(&["state", "get", chk, "events", "alice", "bob"]);
     refused(&two, &["one field, the user id"]);
     let other = strata(&["state", "get", chk, "history", "alice"]);
     refused(&other, &["no state 'history'", "events"]);
+}
+
+/// user-history's payloads may be binary: a Parquet binary column, or in
+/// JSON `{"base64": "…"}`. Their bytes are counted and kept as they are,
+/// and `state get` prints bytes that are not text as base64; a value that
+/// is not base64 is a bad record naming the field.
+#[test]
+fn binary_payloads_from_parquet_and_base64_json_are_kept_as_bytes() {
+    use arrow::array::{ArrayRef, BinaryArray, StringArray, TimestampMillisecondArray};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let (t0, binary) = (1_000_000_000_000_i64, [0xff_u8, 0x00, 0x01, 0xfe]);
+    let parquet = dir.path().join("events.parquet");
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("user_id", Arc::new(StringArray::from(vec!["ann", "ann"]))),
+        (
+            "event_time",
+            Arc::new(TimestampMillisecondArray::from(vec![t0, t0 + 1])),
+        ),
+        (
+            "payload",
+            Arc::new(BinaryArray::from(vec![&binary[..], b"text"])),
+        ),
+    ];
+    let batch = arrow::record_batch::RecordBatch::try_from_iter(columns).unwrap();
+    let file = std::fs::File::create(&parquet).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let json = dir.path().join("events.jsonl");
+    std::fs::write(
+        &json,
+        format!(
+            "{{\"user_id\":\"ann\",\"event_time\":{t0},\"payload\":{{\"base64\":\"/wAB/g==\"}}}}\n{{\"user_id\":\"ann\",\"event_time\":{},\"payload\":\"text\"}}\n",
+            t0 + 1
+        ),
+    )
+    .unwrap();
+    for input in [&parquet, &json] {
+        let out = dir.path().join(format!(
+            "out-{}",
+            input.extension().unwrap().to_string_lossy()
+        ));
+        let run = strata(&[
+            "run",
+            "user-history",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        assert!(run.status.success(), "{}", error_line(&run));
+        let bytes: Vec<u64> = read_lines(&out)
+            .iter()
+            .map(|l| l["payload_bytes_60d"].as_u64().unwrap())
+            .collect();
+        assert_eq!(bytes, [4, 8], "{}", input.display());
+        let chk = out.join("_checkpoints");
+        let got = strata(&["state", "get", chk.to_str().unwrap(), "events", "ann"]);
+        let v: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+        let payloads: Vec<&serde_json::Value> = v["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["payload"])
+            .collect();
+        assert_eq!(
+            payloads,
+            [
+                &serde_json::json!({"base64": "/wAB/g=="}),
+                &serde_json::json!("text")
+            ],
+            "{}",
+            input.display()
+        );
+    }
+    std::fs::write(
+        &json,
+        format!("{{\"user_id\":\"ann\",\"event_time\":{t0},\"payload\":{{\"base64\":\"*\"}}}}\n"),
+    )
+    .unwrap();
+    let bad = dir.path().join("out-bad");
+    let run = strata(&[
+        "run",
+        "user-history",
+        "--input",
+        json.to_str().unwrap(),
+        "--output",
+        bad.to_str().unwrap(),
+    ]);
+    let e = error_line(&run);
+    assert_eq!(run.status.code(), Some(1), "{e}");
+    assert!(e.contains("payload") && e.contains("not base64"), "{e}");
+}
+
+/// The JSON lines of the part files in `out`, in file-name order.
+fn read_lines(out: &Path) -> Vec<serde_json::Value> {
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("part-")
+        })
+        .collect();
+    parts.sort();
+    parts
+        .iter()
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

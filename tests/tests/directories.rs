@@ -169,6 +169,13 @@ fn a_second_job_on_the_same_local_state_directory_is_refused_naming_the_holder()
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "left in state.local-dir: {left:?}");
+    for dir in [dir.path().join("out-a"), dir.path().join("chk-a")] {
+        assert!(
+            !dir.join("_lock").exists(),
+            "{} keeps its _lock after a normal end",
+            dir.display()
+        );
+    }
 }
 
 #[test]

@@ -185,6 +185,7 @@ fn a_discarding_sink_writes_nothing_and_the_state_is_checkpointed() {
             &chk,
             &[StateDescriptor::value("count")],
             key.as_bytes(),
+            &strata_runtime::JobConfig::default(),
             |store, _| Ok(store.value_state::<u64>("count")?.get(key.as_bytes())?),
         )
         .unwrap();

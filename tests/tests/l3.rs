@@ -61,7 +61,8 @@ fn assert_equals_batch(out: &std::path::Path, what: &str) {
 }
 
 #[test]
-fn tiny_l1_and_l2_give_the_batch_output_l3_holds_most_routes_and_a_zombie_is_fenced() {
+fn tiny_l1_and_l2_give_the_batch_output_l3_holds_most_routes_state_get_reads_them_and_a_zombie_is_fenced(
+) {
     let cql = Cql::connect();
     let ks = unique_keyspace("exact");
     let dir = tempfile::tempdir().unwrap();
@@ -86,6 +87,7 @@ fn tiny_l1_and_l2_give_the_batch_output_l3_holds_most_routes_and_a_zombie_is_fen
         s["l3_hits"].parse::<u64>().unwrap() > 0,
         "nothing was read back from L3"
     );
+    state_get_reads_cold_routes_through_l3(dir.path(), &chk, &ks, &cql);
 
     // A zombie: the same job restored from an older checkpoint while a
     // newer run has moved later checkpoints to L3. It must not write.
@@ -103,6 +105,94 @@ fn tiny_l1_and_l2_give_the_batch_output_l3_holds_most_routes_and_a_zombie_is_fen
     assert!(!z.status.success(), "the zombie ran to completion: {err}");
     assert!(err.contains("fenced"), "the zombie failed otherwise: {err}");
     assert_eq!(cql.fingerprint(&ks), before, "the zombie changed L3");
+}
+
+/// Routes (origin, destination) whose `history` L3 holds, at most `n`.
+fn cold_routes(cql: &Cql, ks: &str, n: usize) -> Vec<(String, String)> {
+    let rows = cql.query(&format!("SELECT DISTINCT state, key FROM {ks}.state"));
+    let routes: Vec<(String, String)> = rows
+        .iter()
+        .filter_map(|r| {
+            let Some(Some(CqlValue::Blob(stored))) = r.columns.get(1) else {
+                return None;
+            };
+            let (_, key, _) = strata_cache::codec::split_stored_key(stored)?;
+            let parts = strata_cache::composite_key::decode(key)?;
+            let text = |b: &[u8]| String::from_utf8(b.to_vec()).ok();
+            Some((text(parts.first()?)?, text(parts.get(1)?)?))
+        })
+        .take(n)
+        .collect();
+    assert!(!routes.is_empty(), "L3 holds no route");
+    routes
+}
+
+/// `strata state get` on the final checkpoint of a run with L3: a route
+/// L3 holds reads as a run without L3 (every element) reads it, given the
+/// job's L3 settings, and is refused without them; a route that never
+/// flew is "no such key".
+fn state_get_reads_cold_routes_through_l3(
+    dir: &std::path::Path,
+    chk: &std::path::Path,
+    ks: &str,
+    cql: &Cql,
+) {
+    let (plain_out, plain_chk) = (dir.join("plain-out"), dir.join("plain-chk"));
+    let plain = strata(&route_history_args(
+        &input(),
+        &plain_out,
+        Some(&plain_chk),
+        &[],
+    ));
+    assert!(plain.status.success(), "{}", error_line(&plain));
+    let l3 = [
+        "-D".to_string(),
+        format!("state.l3.contact-points={}", contact_point()),
+    ];
+    let get = |chk: &std::path::Path, route: &(String, String), extra: &[String]| {
+        let mut args = vec!["state", "get", chk.to_str().unwrap(), "history"];
+        args.extend([route.0.as_str(), route.1.as_str()]);
+        args.extend(extra.iter().map(String::as_str));
+        let o = strata(&args);
+        assert!(o.status.success(), "{route:?}: {}", error_line(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let mut live = 0;
+    for route in cold_routes(cql, ks, 20) {
+        let (cold, want) = (get(chk, &route, &l3), get(&plain_chk, &route, &[]));
+        if want["status"] == "live" {
+            live += 1;
+            assert_eq!(cold["status"], "live", "{route:?}: {cold}");
+            assert_eq!(cold["value"], want["value"], "{route:?}");
+        } else {
+            assert_ne!(
+                cold["status"], "live",
+                "{route:?}: {cold}, without L3 {want}"
+            );
+        }
+    }
+    assert!(
+        live > 0,
+        "no route L3 holds is live at the final checkpoint"
+    );
+    let route = &cold_routes(cql, ks, 1)[0];
+    let o = strata(&[
+        "state",
+        "get",
+        chk.to_str().unwrap(),
+        "history",
+        &route.0,
+        &route.1,
+    ]);
+    assert!(!o.status.success(), "read without the L3 settings");
+    let e = error_line(&o);
+    assert!(
+        e.contains("L3 is off") && e.contains("state.l3.contact-points"),
+        "{e}"
+    );
+    let never = get(chk, &("ZZZ".into(), "QQQ".into()), &l3);
+    assert_eq!(never["status"], "no such key", "{never}");
+    assert!(never.get("value").is_none(), "{never}");
 }
 
 /// Runs the job once per crash point (`STRATA_CRASH_AT`), each run after
@@ -390,4 +480,82 @@ fn a_restore_refuses_another_l3_table_and_a_table_that_lost_its_claim() {
     cql.query(&format!("TRUNCATE {ks}.state_fence"));
     let e = restore_in(&ks);
     assert!(e.contains("holds no claim"), "{e}");
+}
+
+/// `strata state get` on a user-history checkpoint whose cold users L3
+/// holds: a user whose events L3 still holds but are all past the 60-day
+/// TTL at the checkpoint's watermark is "expired", a user with recent
+/// events is "live" with every event, one that never wrote is "no such
+/// key". The old users move to L3 while still live (a paced source and
+/// checkpoints every 100 ms, a 1 MB L2), then the new users' events move
+/// the watermark 70 days on; the L3 sweep deletes only some of their rows
+/// by the end, and the one asked about is one whose rows L3 still holds.
+#[test]
+fn state_get_tells_an_expired_user_in_l3_from_a_live_and_an_unknown_one() {
+    const DAY: i64 = 86_400_000;
+    const USERS: usize = 6_000;
+    let (cql, ks) = (Cql::connect(), unique_keyspace("expired"));
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("events.jsonl");
+    let t0 = 1_000_000_000_000_i64;
+    let payload = "p".repeat(400);
+    let event = |user: String, time: i64| {
+        serde_json::json!({"user_id": user, "event_time": time, "payload": payload}).to_string()
+    };
+    let old = (0..USERS).map(|u| event(format!("old-{u}"), t0 - 70 * DAY + u as i64));
+    let new = (0..USERS).map(|u| event(format!("new-{u}"), t0 + u as i64));
+    std::fs::write(&input, old.chain(new).collect::<Vec<_>>().join("\n")).unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let settings = [
+        "checkpoint.interval=100ms".to_string(),
+        "source.max-records-per-second=6000".into(),
+        "state.l1.capacity=64kB".into(),
+        "state.l2.capacity=1MB".into(),
+        format!("state.l3.contact-points={}", contact_point()),
+        format!("state.l3.keyspace={ks}"),
+    ];
+    let defines: Vec<String> = settings
+        .iter()
+        .flat_map(|d| ["-D".into(), d.clone()])
+        .collect();
+    let mut args = vec!["run", "user-history", "--input", input.to_str().unwrap()];
+    args.extend([
+        "--output",
+        out.to_str().unwrap(),
+        "--checkpoint-dir",
+        chk.to_str().unwrap(),
+    ]);
+    args.extend(defines.iter().map(String::as_str));
+    let o = strata(&args);
+    assert!(o.status.success(), "{}", error_line(&o));
+    let held: Vec<String> = cql
+        .query(&format!("SELECT DISTINCT state, key FROM {ks}.state"))
+        .iter()
+        .filter_map(|r| {
+            let Some(Some(CqlValue::Blob(stored))) = r.columns.get(1) else {
+                return None;
+            };
+            // user-history's key is the user id's bytes.
+            let (_, key, _) = strata_cache::codec::split_stored_key(stored)?;
+            String::from_utf8(key.to_vec()).ok()
+        })
+        .filter(|u| u.starts_with("old-"))
+        .collect();
+    assert!(!held.is_empty(), "L3 holds no old user's events");
+    let get = |user: &str| {
+        let mut a = vec!["state", "get", chk.to_str().unwrap(), "events", user];
+        a.extend(defines.iter().map(String::as_str));
+        let o = strata(&a);
+        assert!(o.status.success(), "{user}: {}", error_line(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let expired = get(&held[0]);
+    assert_eq!(expired["status"], "expired", "{}: {expired}", held[0]);
+    assert!(expired.get("value").is_none(), "{expired}");
+    let live = get("new-17");
+    assert_eq!(live["status"], "live", "{live}");
+    let events = live["value"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{live}");
+    assert_eq!(events[0]["payload"], payload.as_str(), "{live}");
+    assert_eq!(get("nobody")["status"], "no such key");
 }

@@ -79,6 +79,12 @@ pub struct L3Config {
     pub lineage: i64,
     /// Migration mode: a list state that lives in an existing table.
     pub migration: Option<MigrationTable>,
+    /// Whether the TTL sweep also deletes the expired rows of the
+    /// migration table. Off when several jobs share that table (the shards
+    /// of a consumer group, each with its own keys and watermark): one
+    /// job's cutoff must not delete rows another still reads. Reads skip
+    /// expired rows either way.
+    pub sweep_migration_table: bool,
     /// The login, for clusters with `PasswordAuthenticator` (none: no login).
     pub credentials: Option<Credentials>,
     /// TLS towards the nodes (none: plaintext).
@@ -102,6 +108,7 @@ impl L3Config {
             concurrency: 64,
             lineage,
             migration: None,
+            sweep_migration_table: true,
             credentials: None,
             tls: None,
         }
@@ -439,7 +446,8 @@ async fn setup(
     };
     let layout = Layout::prepare(&session, &table, migration.as_ref(), statements).await?;
     let fence = fence::Fence::prepare(&session, &table, config.lineage).await?;
-    let sweep = sweep::SweepStatements::prepare(&session, &table, migration.as_ref()).await?;
+    let swept = migration.as_ref().filter(|_| config.sweep_migration_table);
+    let sweep = sweep::SweepStatements::prepare(&session, &table, swept).await?;
     Ok((session, layout, fence, sweep))
 }
 

@@ -20,6 +20,8 @@
 //! <dir>/shared/<run>-<n>.sst     SST files, shared by successive checkpoints
 //! <dir>/_work/                   live RocksDB directories (never restored from)
 //! ```
+//! A consumer group keeps each shard's checkpoints in a directory of this
+//! layout of its own, `<dir>/p-<partition>` ([`shard_location`]).
 //! Retention keeps the last `checkpoint.retained` completed checkpoints and
 //! deletes the files only dropped ones used ([`storage`]).
 //!
@@ -44,6 +46,13 @@ pub mod remote;
 pub mod storage;
 
 pub use storage::CheckpointStorage;
+
+/// `<dir>/<shard>`, the checkpoint location of a consumer group's shard
+/// (`p-<partition>`), also under an `s3://` prefix.
+pub(crate) fn shard_location(dir: &std::path::Path, shard: &str) -> std::path::PathBuf {
+    let text = dir.to_string_lossy();
+    std::path::PathBuf::from(format!("{}/{shard}", text.trim_end_matches('/')))
+}
 
 use crate::error::RuntimeError;
 use serde::{Deserialize, Serialize};

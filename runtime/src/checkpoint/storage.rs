@@ -27,7 +27,7 @@ use strata_cache::StateError;
 pub struct CheckpointStorage {
     root: PathBuf,
     /// Held (locked) by the one job that writes here.
-    _lock: Option<Arc<DirLock>>,
+    lock: Option<Arc<DirLock>>,
     /// The object store this directory is the local copy of.
     remote: Option<Arc<Remote>>,
     /// Asked before a checkpoint goes out (a shard of a consumer group).
@@ -150,7 +150,7 @@ impl CheckpointStorage {
         refuse_foreign(root)?;
         Ok(Self {
             root: root.to_owned(),
-            _lock: Some(Arc::new(lock_dir(root, "checkpoint directory")?)),
+            lock: Some(Arc::new(lock_dir(root, "checkpoint directory")?)),
             remote: None,
             fence: None,
         })
@@ -273,10 +273,18 @@ impl CheckpointStorage {
         }
         Ok(Self {
             root: root.to_owned(),
-            _lock: None,
+            lock: None,
             remote: None,
             fence: None,
         })
+    }
+
+    /// The run ended normally: the directory's `_lock` goes when the last
+    /// handle on it is dropped (see `DirLock::remove_at_release`).
+    pub(crate) fn remove_lock_at_release(&self) {
+        if let Some(lock) = &self.lock {
+            lock.remove_at_release();
+        }
     }
 
     /// The root directory.

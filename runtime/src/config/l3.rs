@@ -70,6 +70,10 @@ pub struct L3Settings {
     pub tls_key: Option<PathBuf>,
     /// `state.l3.tls.verify-hostname`.
     pub tls_verify_hostname: bool,
+    /// Whether other jobs share the migration table (not a key: a
+    /// consumer group sets it for its shards), so that the TTL sweep
+    /// leaves it alone (see `L3Config::sweep_migration_table`).
+    pub shared_migration_table: bool,
 }
 
 impl Default for L3Settings {
@@ -93,6 +97,7 @@ impl Default for L3Settings {
             tls_certificate: None,
             tls_key: None,
             tls_verify_hostname: true,
+            shared_migration_table: false,
         }
     }
 }
@@ -296,6 +301,16 @@ impl L3Settings {
         Some(qualified.to_lowercase())
     }
 
+    /// The settings of a consumer group's shard of `partition`: a table of
+    /// its own, `<table>_p<partition>` (a table belongs to one lineage, its
+    /// fence, and a shard is one), and the old job's table of migration
+    /// mode shared with the other shards (each reads and writes only its
+    /// own keys, as a key is in one partition), so not swept.
+    pub(crate) fn for_shard(&mut self, partition: i32) {
+        self.table = format!("{}_p{partition}", self.table);
+        self.shared_migration_table = true;
+    }
+
     /// The client configuration, with the job's lineage and the password
     /// read now (from `state.l3.password-file`, else `STRATA_L3_PASSWORD`).
     ///
@@ -316,6 +331,7 @@ impl L3Settings {
         c.request_timeout = self.request_timeout;
         c.retry_for = self.retry_for;
         c.concurrency = self.concurrency;
+        c.sweep_migration_table = !self.shared_migration_table;
         c.migration =
             self.migration
                 .clone()

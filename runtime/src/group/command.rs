@@ -6,10 +6,11 @@
 
 use super::{GroupReport, GroupSettings, RunShard, Shard};
 use crate::checkpoint::remote;
-use crate::cli::{PipelineRun, RunArgs};
+use crate::cli::RunArgs;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
+use crate::job_spec::{JobSpec, PipelineRun};
 use crate::pipeline::{JobReport, Pipeline, RestoreFrom};
 use crate::query::{advertise, GroupRoute, QueryService};
 use std::path::{Path, PathBuf};
@@ -31,7 +32,7 @@ pub(crate) fn group_of(input: &std::ffi::OsStr) -> Result<Option<String>> {
 /// Errors: a command line a group cannot run (a directory output, no
 /// checkpoint location, `--restore`, several topics); then as
 /// [`super::run`].
-pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
+pub(crate) fn run<J: JobSpec>(job: J, group: String, args: RunArgs) -> Result<GroupReport> {
     let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
     let input = args.input.to_string_lossy().into_owned();
     let endpoint = KafkaEndpoint::parse(&input)?;
@@ -61,11 +62,6 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
             "checkpoints in an object store need a local copy: set -D checkpoint.local-copy=<dir> (one per process on a machine)".into(),
         ));
     }
-    if config.l3.migration.is_some() {
-        return Err(RuntimeError::Usage(
-            "migration mode (state.l3.migration.*) cannot run in a consumer group yet: the old job's table would be shared by every shard".into(),
-        ));
-    }
     if remote::is_remote(&checkpoint_dir) {
         // Reach the store before joining: a process that cannot would take
         // partitions from the others only to fail on them.
@@ -83,8 +79,8 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
         Some(addr) => Some(QueryService::start_in(
             crate::query::client::parse_addr(addr)?,
             crate::query::client::token(),
-            args.job.states().0,
-            args.job.queryable_states(),
+            job.name(),
+            job.queryable_states(),
             Some(GroupRoute::new(
                 &endpoint.brokers,
                 &security,
@@ -111,11 +107,11 @@ pub(crate) fn run(group: String, args: RunArgs) -> Result<GroupReport> {
         bounded: config.kafka.bounded,
     };
     let template = ShardTemplate {
-        job: args.job,
+        job,
         input: args.input,
         output: args.output,
         checkpoint_dir,
-        config: shard_config(config, args.job.states().0, &output, partitions)?,
+        config: shard_config(config, job.name(), &output, partitions)?,
         queries,
     };
     let run_shard: RunShard = Arc::new(move |shard| template.run(shard));
@@ -149,8 +145,8 @@ fn shard_config(
 
 /// What every shard's pipeline shares; [`ShardTemplate::run`] makes one
 /// shard's.
-struct ShardTemplate {
-    job: crate::cli::Job,
+struct ShardTemplate<J> {
+    job: J,
     input: std::ffi::OsString,
     output: std::ffi::OsString,
     checkpoint_dir: PathBuf,
@@ -158,7 +154,7 @@ struct ShardTemplate {
     queries: Option<Arc<QueryService>>,
 }
 
-impl ShardTemplate {
+impl<J: JobSpec> ShardTemplate<J> {
     fn run(&self, shard: Shard) -> Result<JobReport> {
         let p = shard.partition;
         let mut config = self.config.clone();
@@ -169,23 +165,15 @@ impl ShardTemplate {
             .kafka
             .transactional_id_prefix
             .map(|prefix| format!("{prefix}-p{p}"));
-        // One L3 table per shard: a table belongs to one lineage (its
-        // fence), and a shard is one.
-        config.l3.table = format!("{}_p{p}", config.l3.table);
+        config.l3.for_shard(p);
         let run = ShardRun {
             output: self.output.clone(),
-            checkpoint_dir: shard_location(&self.checkpoint_dir, &name),
+            checkpoint_dir: crate::checkpoint::shard_location(&self.checkpoint_dir, &name),
             shard,
             queries: self.queries.clone(),
         };
         self.job.pipeline(config, &self.input, run)
     }
-}
-
-/// `<dir>/p-<N>`, also for an `s3://` prefix.
-fn shard_location(dir: &Path, name: &str) -> PathBuf {
-    let text = dir.to_string_lossy();
-    PathBuf::from(format!("{}/{name}", text.trim_end_matches('/')))
 }
 
 /// One shard's run: its sink, checkpoint location and restore policy.

@@ -75,15 +75,7 @@ pub(crate) fn connect_cold(
     claim: u64,
 ) -> Result<Option<Cold>> {
     if !config.l3.enabled() {
-        return match restored.and_then(|m| m.l3_table.as_ref().map(|t| (m.id, t))) {
-            None => Ok(None),
-            Some((id, table)) => Err(RuntimeError::checkpoint(
-                storage.root(),
-                format!(
-                    "checkpoint {id} keeps part of its state in L3 table {table}, but L3 is off: restore with the same state.l3.* settings (state.l3.contact-points, keyspace, table)"
-                ),
-            )),
-        };
+        return refuse_l3_off(storage.root(), restored).map(|()| None);
     }
     let lineage = lineage(storage, restored)?;
     let client = config.l3.client_config(lineage)?;
@@ -98,19 +90,8 @@ pub(crate) fn connect_cold(
         ));
     }
     let migration_table = config.l3.migration_table();
-    if let Some(m) =
-        restored.filter(|m| m.l3_table.is_some() && m.l3_migration_table != migration_table)
-    {
-        let named = |t: &Option<String>| t.clone().unwrap_or_else(|| "none".into());
-        return Err(RuntimeError::checkpoint(
-            storage.root(),
-            format!(
-                "checkpoint {} keeps its migrated state in the old job's table {}, but state.l3.migration.table names {}: give the same state.l3.migration.* settings",
-                m.id,
-                named(&m.l3_migration_table),
-                named(&migration_table)
-            ),
-        ));
+    if let Some(m) = restored {
+        same_migration_table(storage.root(), m, &migration_table)?;
     }
     let run = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
         ^ i64::from(std::process::id());
@@ -124,6 +105,70 @@ pub(crate) fn connect_cold(
         lineage,
         migration_table,
     }))
+}
+
+/// Refuses a checkpoint that keeps part of its state in L3 (`restored`)
+/// when L3 is off: its cold keys would be missing.
+fn refuse_l3_off(root: &Path, restored: Option<&CheckpointMetadata>) -> Result<()> {
+    match restored.and_then(|m| m.l3_table.as_ref().map(|t| (m.id, t))) {
+        None => Ok(()),
+        Some((id, table)) => Err(RuntimeError::checkpoint(
+            root,
+            format!(
+                "checkpoint {id} keeps part of its state in L3 table {table}, but L3 is off: give the job's state.l3.* settings (its --config, or -D state.l3.contact-points=…, keyspace, table)"
+            ),
+        )),
+    }
+}
+
+/// Refuses settings whose migrated state (`state.l3.migration.*`) is in
+/// another table than the one checkpoint `m` keeps it in.
+fn same_migration_table(
+    root: &Path,
+    m: &CheckpointMetadata,
+    migration_table: &Option<String>,
+) -> Result<()> {
+    if m.l3_table.is_none() || m.l3_migration_table == *migration_table {
+        return Ok(());
+    }
+    let named = |t: &Option<String>| t.clone().unwrap_or_else(|| "none".into());
+    Err(RuntimeError::checkpoint(
+        root,
+        format!(
+            "checkpoint {} keeps its migrated state in the old job's table {}, but state.l3.migration.table names {}: give the same state.l3.migration.* settings",
+            m.id,
+            named(&m.l3_migration_table),
+            named(migration_table)
+        ),
+    ))
+}
+
+/// L3 for reading the cold keys of checkpoint `meta` of `root` (`strata
+/// state get`), or `None` when it moved none there: contact points, login
+/// and migration settings from `config`, the table the checkpoint
+/// recorded. It makes no claim and never writes, so a running job is not
+/// fenced by it. Blocking.
+///
+/// Errors: L3 off in `config`; another migration table; the L3 connection.
+pub(crate) fn cold_reader(
+    config: &JobConfig,
+    root: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<Option<Arc<CassandraTier>>> {
+    let Some(recorded) = &meta.l3_table else {
+        return Ok(None);
+    };
+    if !config.l3.enabled() {
+        refuse_l3_off(root, Some(meta))?;
+    }
+    same_migration_table(root, meta, &config.l3.migration_table())?;
+    let mut client = config
+        .l3
+        .client_config(meta.l3_lineage.unwrap_or_default())?;
+    if let Some((keyspace, table)) = recorded.split_once('.') {
+        (client.keyspace, client.table) = (keyspace.to_owned(), table.to_owned());
+    }
+    Ok(Some(Arc::new(CassandraTier::connect(client)?)))
 }
 
 impl<F> Pipeline<F>
