@@ -11,17 +11,5 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = strata_runtime::cli::Cli::parse();
-    match strata_runtime::cli::main(cli) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("strata: error: {e}");
-            // Wrong invocations exit 2, as clap's own usage errors do;
-            // failed jobs exit 1.
-            if e.is_usage() {
-                std::process::ExitCode::from(2)
-            } else {
-                std::process::ExitCode::FAILURE
-            }
-        }
-    }
+    strata_runtime::cli::exit_code(strata_runtime::cli::main(cli))
 }

@@ -473,7 +473,7 @@ where
             }
             None => tokio::task::block_in_place(|| storage.lease())?,
         };
-        let _output_lock = match parts.output.dir() {
+        let output_lock = match parts.output.dir() {
             Some(dir) => Some(lock_dir(dir, "output directory")?),
             None => None,
         };
@@ -622,6 +622,11 @@ where
         drop(stores);
         let _ = reporter.await;
         local.clear()?;
+        // A normal end leaves no `_lock` behind in the directories it used.
+        remote_storage.remove_lock_at_release();
+        if let Some(lock) = &output_lock {
+            lock.remove_at_release();
+        }
         use std::sync::atomic::Ordering::Relaxed;
         Ok(JobReport {
             records_in: progress.records_in.load(Relaxed),

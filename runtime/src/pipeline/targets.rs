@@ -201,13 +201,15 @@ pub(crate) fn source_options(
     config: &JobConfig,
 ) -> Result<KafkaSourceOptions> {
     e.only_params(&["group", "start"])?;
-    let start_latest = match (config.kafka.start_latest, e.param("start")) {
-        (Some(latest), _) => latest,
-        (None, None | Some("earliest")) => false,
-        (None, Some("latest")) => true,
+    use crate::config::kafka::{kafka_start, START};
+    let start = match (config.kafka.start, e.param("start")) {
+        (Some(start), _) => start,
+        (None, None) => Default::default(),
+        (None, Some(text)) if START.contains(&text) => kafka_start(text),
         (None, Some(other)) => {
             return Err(RuntimeError::Usage(format!(
-                "--input: start={other} is not earliest or latest"
+                "--input: start={other} is not one of {}",
+                START.join(", ")
             )))
         }
     };
@@ -219,7 +221,7 @@ pub(crate) fn source_options(
         group: e
             .param("group")
             .map_or_else(|| format!("strata-{job}"), String::from),
-        start_latest,
+        start,
         bounded: config.kafka.bounded,
         batch_size: config.batch_size,
         properties: config.kafka.source_properties.clone(),
