@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs route-history on the real flights data:
+# Sets up, builds and installs strata (scripts/install.sh), then runs
+# route-history on the real flights data:
 #   scripts/route-history.sh [extra strata run arguments, e.g. -D state.l1.capacity=1MB]
 # Output goes to out/route-history (committed part files), checkpoints to
 # out/route-history-checkpoints. A fresh run replaces both; a run given
@@ -7,9 +8,8 @@
 # interrupt) keeps them and continues.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
-"$STRATA_ROOT/scripts/setup.sh"
+"$STRATA_ROOT/scripts/install.sh"
 cd "$STRATA_ROOT"
-cargo build --release --bin strata
 out="$STRATA_ROOT/out/route-history"
 restoring=false
 for arg in "$@"; do

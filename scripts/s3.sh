@@ -4,7 +4,8 @@
 # crates.io (no Docker, no download site), which keeps each bucket as a
 # folder of its data directory.
 #
-#   scripts/s3.sh start    build s3s-fs once (cargo install, ~5 min), create
+#   scripts/s3.sh start    build s3s-fs once (cargo install, ~5 min, a line
+#                          every 30 s while it builds), create
 #                          the bucket `strata`, start the server and wait
 #                          until it answers
 #   scripts/s3.sh stop     SIGTERM, SIGKILL after 10 s
@@ -53,10 +54,23 @@ answers() {
 
 install() {
   [ -x "$BIN" ] && return 0
-  echo "s3: building s3s-fs $S3S_VERSION into $STRATA_S3_HOME (once)"
+  mkdir -p "$STRATA_S3_HOME"
+  local log="$STRATA_S3_HOME/build.log" started=$SECONDS
+  echo "s3: building s3s-fs $S3S_VERSION into $STRATA_S3_HOME (once, ~5 min on 2 cores; log: $log)"
   # Its own target folder: strata's build may hold the shared one meanwhile.
-  cargo install --quiet --root "$STRATA_S3_HOME" --target-dir "$STRATA_S3_HOME/build" \
-    s3s-fs --version "$S3S_VERSION" --features binary --locked
+  cargo install --root "$STRATA_S3_HOME" --target-dir "$STRATA_S3_HOME/build" \
+    s3s-fs --version "$S3S_VERSION" --features binary --locked >"$log" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (( (SECONDS - started) % 30 == 0 )); then
+      echo "s3: still building s3s-fs: $((SECONDS - started)) s, $(grep -c Compiling "$log") crates compiled"
+    fi
+  done
+  if ! wait "$pid"; then
+    echo "s3: building s3s-fs failed; the end of its log:" >&2; tail -20 "$log" >&2; return 1
+  fi
+  echo "s3: built s3s-fs in $((SECONDS - started)) s"
   rm -rf "$STRATA_S3_HOME/build"
 }
 
