@@ -50,6 +50,11 @@ pub struct CheckpointFigures {
     /// `None` when no checkpoint ran during the input).
     #[serde(default)]
     pub during_ratio: Option<f64>,
+    /// When each checkpoint ran: (start, completion) in seconds since the
+    /// run started (for the embedded modes, since the worker's store was
+    /// opened, within milliseconds of it). Plotted as shaded spans.
+    #[serde(default)]
+    pub windows: Vec<(f64, f64)>,
 }
 
 impl CheckpointFigures {
@@ -63,12 +68,15 @@ impl CheckpointFigures {
         self.count = count;
         self.max_ms = self.max_ms.max(o.max_ms);
         self.last_bytes += o.last_bytes;
+        self.windows.extend_from_slice(&o.windows);
     }
 }
 
 /// One worker's checkpoints.
 pub struct Checkpointing {
     root: PathBuf,
+    /// When the store was opened: checkpoint windows count from it.
+    opened: Instant,
     uploader: IncrementalUploader,
     id: u64,
     last_events: Option<u64>,
@@ -89,6 +97,7 @@ impl Checkpointing {
         Ok(Self {
             uploader: IncrementalUploader::new(&root, "bench"),
             root,
+            opened: Instant::now(),
             id: 0,
             last_events: None,
             figures: CheckpointFigures::default(),
@@ -117,6 +126,8 @@ impl Checkpointing {
         self.drop_older(&latest)?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         let last_bytes = latest.manifest.total_bytes();
+        let since_open = |t: Instant| t.duration_since(self.opened).as_secs_f64();
+        let window = (since_open(started), since_open(Instant::now()));
         self.figures.merge(&CheckpointFigures {
             count: 1,
             mean_ms: ms,
@@ -124,6 +135,7 @@ impl Checkpointing {
             last_bytes: 0,
             mean_new_bytes: upload.new_bytes as f64,
             during_ratio: None,
+            windows: vec![window],
         });
         self.figures.last_bytes = last_bytes;
         self.last_events = Some(events);

@@ -10,13 +10,19 @@
 //! or a `ValueState<List>` of the last 100 events (form `naive`, "B"),
 //! checkpoints incrementally every 10 s, and discards its output. Its state
 //! is not read back, so its row in the report is marked as not verified
-//! by this harness; its per-event latency is not measured.
+//! by this harness; its per-event latency is not measured. Its timeline
+//! (events applied about once a second, resident set, and each
+//! checkpoint's start and completion) comes from the file the job writes
+//! when `BENCH_FLINK_TIMELINE` names one, so the plots draw it beside
+//! strata's modes.
 //!
 //! Without `java` and `javac` 17 or later on the `PATH`, the mode is
 //! skipped with a notice on stderr and in the report (never silently).
 
 use crate::backends::BenchError;
+use crate::checkpointing::CheckpointFigures;
 use crate::runner::{Latency, ModeReport};
+use crate::timeline::Sample;
 use crate::workload::{Form, Workload};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -140,12 +146,15 @@ pub fn run(
     peer: &Path,
     tuning: Tuning,
 ) -> Result<ModeReport, BenchError> {
-    let results = out.join(match tuning {
-        Tuning::Defaults => "flink-results.tsv",
-        Tuning::Mirrored => "flink-tuned-results.tsv",
-    });
-    if results.exists() {
-        std::fs::remove_file(&results)?;
+    let (results, progress) = match tuning {
+        Tuning::Defaults => ("flink-results.tsv", "flink-timeline.txt"),
+        Tuning::Mirrored => ("flink-tuned-results.tsv", "flink-tuned-timeline.txt"),
+    };
+    let (results, progress) = (out.join(results), out.join(progress));
+    for stale in [&results, &progress] {
+        if stale.exists() {
+            std::fs::remove_file(stale)?;
+        }
     }
     let form = match w.form {
         Form::ListAdd => "A",
@@ -166,12 +175,19 @@ pub fn run(
         .env("RUNS", format!("rocksdb:{form}:{dist}"))
         .env("RESULTS", &results)
         .env("BENCH_FLINK_CONF", tuning.conf())
+        .env("BENCH_FLINK_TIMELINE", &progress)
         .stdout(std::process::Stdio::inherit())
         .status()?;
     if !status.success() {
         return Err(format!("the Flink peer failed ({status})").into());
     }
     let mut report = parse(&std::fs::read_to_string(&results)?, w)?;
+    // A peer from before the timeline writes none: its totals still count.
+    if let Ok(text) = std::fs::read_to_string(&progress) {
+        let (timeline, windows) = parse_timeline(&text)?;
+        report.timeline = timeline;
+        report.checkpoints = Some(checkpoint_figures(windows));
+    }
     if tuning == Tuning::Mirrored {
         report.external = report
             .external
@@ -218,6 +234,45 @@ fn parse(tsv: &str, w: &Workload) -> Result<ModeReport, BenchError> {
     })
 }
 
+/// The samples and checkpoint spans of the peer's timeline file (see
+/// `Timeline` in KeyedStateBench.java): `sample SECS EVENTS RSS_BYTES` and
+/// `checkpoint ID START_SECS END_SECS` lines.
+///
+/// Errors: a line of neither shape, naming it.
+fn parse_timeline(text: &str) -> Result<(Vec<Sample>, Vec<(f64, f64)>), BenchError> {
+    let (mut samples, mut windows) = (Vec::new(), Vec::new());
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let bad = || format!("the Flink peer's timeline has a line it cannot read: {line:?}");
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> Result<f64, BenchError> {
+            Ok(fields.get(i).and_then(|v| v.parse().ok()).ok_or_else(bad)?)
+        };
+        match fields.first().copied() {
+            Some("sample") if fields.len() == 4 => samples.push(Sample {
+                secs: num(1)?,
+                events: num(2)? as u64,
+                rss_bytes: num(3)? as u64,
+                ..Sample::default()
+            }),
+            Some("checkpoint") if fields.len() == 4 => windows.push((num(2)?, num(3)?)),
+            _ => return Err(bad().into()),
+        }
+    }
+    Ok((samples, windows))
+}
+
+/// What the spans of the peer's completed checkpoints tell.
+fn checkpoint_figures(windows: Vec<(f64, f64)>) -> CheckpointFigures {
+    let ms: Vec<f64> = windows.iter().map(|(a, b)| (b - a) * 1000.0).collect();
+    CheckpointFigures {
+        count: windows.len() as u64,
+        mean_ms: ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+        max_ms: ms.iter().copied().fold(0.0, f64::max),
+        windows,
+        ..CheckpointFigures::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,5 +297,34 @@ mod tests {
         assert_eq!(r.peak_rss_bytes, 812 << 20);
         assert!(r.external.unwrap().starts_with("Flink 2.3.0 job"));
         assert!(parse("flink\n", &w).is_err());
+    }
+
+    #[test]
+    fn reads_the_peers_timeline_and_checkpoint_spans() {
+        let text = "sample 0.001 0 1048576\nsample 1.002 500 2097152\n\
+                    checkpoint 1 10.000 10.250\nsample 2.003 1500 3145728\n";
+        let (samples, windows) = parse_timeline(text).unwrap();
+        let got: Vec<(f64, u64, u64)> = samples
+            .iter()
+            .map(|s| (s.secs, s.events, s.rss_bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0.001, 0, 1 << 20),
+                (1.002, 500, 2 << 20),
+                (2.003, 1500, 3 << 20)
+            ]
+        );
+        assert_eq!(windows, [(10.0, 10.25)]);
+        let figures = checkpoint_figures(windows);
+        assert_eq!(figures.count, 1);
+        assert!(
+            (figures.mean_ms - 250.0).abs() < 1e-6,
+            "{}",
+            figures.mean_ms
+        );
+        let err = parse_timeline("sample 1 two 3\n").unwrap_err().to_string();
+        assert!(err.contains("\"sample 1 two 3\""), "{err}");
     }
 }

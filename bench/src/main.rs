@@ -213,6 +213,7 @@ fn run(args: &Args) -> Result<(), backends::BenchError> {
                 modes: &args.modes,
                 out: &args.out,
                 workload: &args.workload(),
+                memory: args.budget(1),
                 recovery: !args.no_recovery,
                 cassandra: &args.cassandra,
                 flink_peer: args.flink_peer.as_deref(),

@@ -212,17 +212,18 @@ fn figures(
     timeline: &[crate::timeline::Sample],
 ) -> CheckpointFigures {
     let n = all.len().max(1) as f64;
-    // Each checkpoint but the final one (it follows the last event).
     let windows: Vec<(f64, f64)> = all
         .iter()
-        .take(all.len().saturating_sub(1))
         .map(|c| {
             let end = c.completed_at_ms.saturating_sub(started_ms) as f64 / 1000.0;
             (end - c.duration_ms as f64 / 1000.0, end)
         })
         .collect();
+    // Each checkpoint but the final one (it follows the last event).
+    let during_input = &windows[..windows.len().saturating_sub(1)];
     CheckpointFigures {
-        during_ratio: crate::timeline::rate_ratio(timeline, &windows),
+        during_ratio: crate::timeline::rate_ratio(timeline, during_input),
+        windows,
         count: all.len() as u64,
         mean_ms: all.iter().map(|c| c.duration_ms as f64).sum::<f64>() / n,
         max_ms: all.iter().map(|c| c.duration_ms as f64).fold(0.0, f64::max),

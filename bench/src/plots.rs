@@ -7,10 +7,19 @@
 //! * `tier_sizes.png` — bytes in L1 and L2, moved to L3, and the process's
 //!   resident set, over time (the tiered modes).
 //!
+//! Each plot is titled with the workload it measured (users, events, form,
+//! key distribution, memory budgets), so a PNG read alone says what ran.
 //! Axes print SI units (1.2M, 500k); the legend sits in a panel right of
-//! the chart, so it covers no line; a run too short for a throughput line
-//! (the in-memory mode, say) is named there with its duration and does not
-//! set the axis.
+//! the chart, so it covers no line; every line also carries markers of its
+//! own shape at places no other line has them, so a line lying exactly
+//! under another still shows. A run too short for a throughput line (the
+//! in-memory mode, say) is named there with its duration and does not set
+//! the axis.
+//!
+//! On the throughput chart, a second without a single event is a stop: the
+//! line breaks there and a bar on the floor spans it, so a stop never reads
+//! as a slowdown on a log scale's floor. Each mode's checkpoints are shaded
+//! spans in its colour (start to completion).
 //!
 //! Text needs a TrueType font: DejaVu Sans (Debian `fonts-dejavu-core`,
 //! installed by `scripts/setup.sh`) or the file `STRATA_BENCH_FONT` names.
@@ -49,8 +58,53 @@ pub fn register_font() -> Result<(), BenchError> {
 /// A figure of a sample.
 type Gauge = fn(&crate::timeline::Sample) -> u64;
 
-/// One named line: (x, y) points.
-type Series = (String, Vec<(f64, f64)>);
+/// One named line: its points, in segments (a stop breaks a throughput
+/// line), the spans it stood still and its checkpoints (seconds).
+#[derive(Default)]
+struct Series {
+    name: String,
+    segments: Vec<Vec<(f64, f64)>>,
+    stops: Vec<(f64, f64)>,
+    checkpoints: Vec<(f64, f64)>,
+}
+
+impl Series {
+    /// A line through `points` (none drawn if there are none).
+    fn line(name: String, points: Vec<(f64, f64)>) -> Self {
+        let segments = if points.is_empty() {
+            Vec::new()
+        } else {
+            vec![points]
+        };
+        Self {
+            name,
+            segments,
+            ..Self::default()
+        }
+    }
+
+    fn points(&self) -> impl Iterator<Item = &(f64, f64)> + '_ {
+        self.segments.iter().flatten()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.points().next().is_none()
+    }
+
+    /// The same series with every y below `floor` raised to it (a log
+    /// axis has no zero).
+    fn floored(&self, floor: f64) -> Self {
+        let segments = self.segments.iter();
+        Self {
+            name: self.name.clone(),
+            segments: segments
+                .map(|p| p.iter().map(|&(x, y)| (x, y.max(floor))).collect())
+                .collect(),
+            stops: self.stops.clone(),
+            checkpoints: self.checkpoints.clone(),
+        }
+    }
+}
 
 /// A plot written: its file name in the report directory and its title.
 pub struct Plot {
@@ -60,8 +114,13 @@ pub struct Plot {
     pub title: &'static str,
 }
 
-/// Draws the plots of `modes` into `out` (those with data); returns them.
-pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<Plot>, BenchError> {
+/// Draws the plots of `modes` into `out` (those with data), each titled
+/// with `workload` (one line: what ran, with which budgets); returns them.
+pub fn draw(
+    out: &Path,
+    modes: &BTreeMap<&str, &ModeReport>,
+    workload: &str,
+) -> Result<Vec<Plot>, BenchError> {
     let mut written = Vec::new();
     let rates = throughput(modes);
     let rate_scale = if spread(&rates) > 5.0 {
@@ -96,14 +155,18 @@ pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<Plot>
         ),
     ];
     for (file, title, x, y, series, scale) in charts {
-        if series.iter().all(|(_, points)| points.is_empty()) {
+        if series.iter().all(Series::is_empty) {
             continue;
         }
         let path = out.join(file);
         let root = BitMapBackend::new(&path, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
-        let (chart_area, legend_area) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
-        chart(&chart_area, title, (x, &y), &series, scale)?;
+        let body = root
+            .titled(title, ("sans-serif", 26))?
+            .titled(workload, ("sans-serif", 15))?;
+        let width = body.dim_in_pixel().0;
+        let (chart_area, legend_area) = body.split_horizontally(width - LEGEND_WIDTH);
+        chart(&chart_area, (x, &y), &series, scale)?;
         legend(&legend_area, &series)?;
         root.present()?;
         written.push(Plot { file, title });
@@ -112,34 +175,63 @@ pub fn draw(out: &Path, modes: &BTreeMap<&str, &ModeReport>) -> Result<Vec<Plot>
 }
 
 /// Width of the legend panel right of each chart (it never covers a line).
-const LEGEND_WIDTH: u32 = 260;
+const LEGEND_WIDTH: u32 = 280;
 
-/// The legend: one entry per series, in its colour (a series without
-/// points: its name alone, greyed).
+/// The legend: one entry per series, in its colour and with its marker (a
+/// series without points: its name alone, greyed), then what the floor
+/// bars and the shaded spans mean, where the chart has them.
 fn legend(area: &Area<'_>, series: &[Series]) -> Result<(), BenchError> {
     let font = ("sans-serif", 16).into_font();
-    for (i, (name, points)) in series.iter().enumerate() {
-        let y = 60 + 24 * i as i32;
-        if points.is_empty() {
-            area.draw(&Text::new(
-                name.clone(),
-                (8, y - 8),
-                font.clone().color(&BLACK.mix(0.6)),
-            ))?;
+    let grey = font.clone().color(&BLACK.mix(0.6));
+    let mut y = 40;
+    for (i, s) in series.iter().enumerate() {
+        y += 24;
+        if s.is_empty() {
+            area.draw(&Text::new(s.name.clone(), (8, y - 8), grey.clone()))?;
             continue;
         }
         let color = colour(i);
         area.draw(&PathElement::new(
-            vec![(8, y), (32, y)],
+            vec![(8, y), (40, y)],
             color.stroke_width(3),
         ))?;
-        area.draw(&Text::new(name.clone(), (40, y - 8), font.clone()))?;
+        area.draw(&marker((24, y), i, color))?;
+        area.draw(&Text::new(s.name.clone(), (48, y - 8), font.clone()))?;
+    }
+    let notes = [
+        (
+            series.iter().any(|s| !s.stops.is_empty()),
+            "bar on the floor: a stop (no event)",
+        ),
+        (
+            series.iter().any(|s| !s.checkpoints.is_empty()),
+            "shaded: a checkpoint, in its mode's colour",
+        ),
+    ];
+    for (_, note) in notes.iter().filter(|(shown, _)| *shown) {
+        y += 24;
+        area.draw(&Text::new(*note, (8, y - 8), grey.clone()))?;
     }
     Ok(())
 }
 
+/// Marker `i` (a shape per series, so that lines of one colour family or
+/// lying on each other stay apart) at `at`.
+fn marker<DB: DrawingBackend, C: Clone + 'static>(
+    at: C,
+    i: usize,
+    color: RGBAColor,
+) -> DynElement<'static, DB, C> {
+    match i % 4 {
+        0 => Circle::new(at, 4, color.filled()).into_dyn(),
+        1 => TriangleMarker::new(at, 6, color.filled()).into_dyn(),
+        2 => Cross::new(at, 5, color.stroke_width(2)).into_dyn(),
+        _ => Circle::new(at, 5, color.stroke_width(2)).into_dyn(),
+    }
+}
+
 /// `v` in SI units with at most 3 significant digits: 950, 1.2k, 35M, 1.5G.
-fn si(v: &f64) -> String {
+pub(crate) fn si(v: &f64) -> String {
     let (v, sign) = (v.abs(), if *v < 0.0 { "-" } else { "" });
     let (scaled, unit) = [(1e9, "G"), (1e6, "M"), (1e3, "k")]
         .into_iter()
@@ -170,7 +262,8 @@ fn duration(m: &ModeReport) -> f64 {
 }
 
 /// One series per mode (colours match the other charts); a mode left out
-/// has no points and says why in its name.
+/// has no points and says why in its name. A window of the timeline
+/// without an event after the first one is a stop: it breaks the line.
 fn throughput(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
     modes
         .iter()
@@ -178,26 +271,50 @@ fn throughput(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
             if m.timeline.is_empty() {
                 let why =
                     format!("{name}: no timeline (the peer reports only its totals), not drawn");
-                return (why, Vec::new());
+                return Series::line(why, Vec::new());
             }
             if left_out(modes, m) {
                 let why = format!("{name}: done in {:.1} s, not drawn", duration(m));
-                return (why, Vec::new());
+                return Series::line(why, Vec::new());
             }
-            let points = m
-                .timeline
-                .windows(2)
-                .filter(|w| w[1].secs > w[0].secs)
-                .map(|w| {
-                    (
-                        w[1].secs,
-                        (w[1].events - w[0].events) as f64 / (w[1].secs - w[0].secs),
-                    )
-                })
-                .collect();
-            (name.to_string(), points)
+            let mut series = rates(&m.timeline);
+            series.name = name.to_string();
+            series.checkpoints = m
+                .checkpoints
+                .as_ref()
+                .map(|c| c.windows.clone())
+                .unwrap_or_default();
+            series
         })
         .collect()
+}
+
+/// The events/s of each window of `timeline`, in segments between stops.
+fn rates(timeline: &[crate::timeline::Sample]) -> Series {
+    let mut series = Series::default();
+    let mut segment = Vec::new();
+    let windows = timeline.windows(2).filter(|w| w[1].secs > w[0].secs);
+    // Before the first event the run is starting, not stopped.
+    let started = windows.skip_while(|w| w[1].events == 0);
+    for w in started {
+        let (from, to) = (w[0].secs, w[1].secs);
+        let events = w[1].events.saturating_sub(w[0].events);
+        if events > 0 {
+            segment.push((to, events as f64 / (to - from)));
+            continue;
+        }
+        if !segment.is_empty() {
+            series.segments.push(std::mem::take(&mut segment));
+        }
+        match series.stops.last_mut() {
+            Some(last) if last.1 >= from => last.1 = to,
+            _ => series.stops.push((from, to)),
+        }
+    }
+    if !segment.is_empty() {
+        series.segments.push(segment);
+    }
+    series
 }
 
 fn latency(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
@@ -210,7 +327,7 @@ fn latency(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
                 .filter(|&&(q, _)| q < 1.0)
                 .map(|&(q, us)| (us.max(0.001), nines(q)))
                 .collect();
-            (name.to_string(), points)
+            Series::line(name.to_string(), points)
         })
         .collect()
 }
@@ -239,7 +356,7 @@ fn tier_sizes(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
                 .iter()
                 .map(|s| (s.secs, bytes(s) as f64))
                 .collect();
-            series.push((format!("{name} {tier}"), points));
+            series.push(Series::line(format!("{name} {tier}"), points));
         }
     }
     series
@@ -267,10 +384,14 @@ fn micros_label(us: &f64) -> String {
     format!("{v:.digits$} {unit}")
 }
 
-/// The extent of the points: (min x, max x, max y).
+/// The extent of the points, stops and checkpoints: (min x, max x, max y).
 fn extent(series: &[Series]) -> (f64, f64, f64) {
-    let all = series.iter().flat_map(|(_, p)| p.iter());
-    all.fold((f64::MAX, 0.0_f64, 0.0_f64), |(lo, hi, top), &(x, y)| {
+    let spans = series
+        .iter()
+        .flat_map(|s| s.stops.iter().chain(&s.checkpoints))
+        .map(|&(_, to)| (to, 0.0));
+    let all = series.iter().flat_map(Series::points).copied().chain(spans);
+    all.fold((f64::MAX, 0.0_f64, 0.0_f64), |(lo, hi, top), (x, y)| {
         (lo.min(x), hi.max(x), top.max(y))
     })
 }
@@ -299,9 +420,9 @@ impl Scale {
 fn medians(series: &[Series]) -> Vec<f64> {
     series
         .iter()
-        .filter(|(_, p)| !p.is_empty())
-        .map(|(_, p)| {
-            let mut ys: Vec<f64> = p.iter().map(|&(_, y)| y).collect();
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let mut ys: Vec<f64> = s.points().map(|&(_, y)| y).collect();
             ys.sort_by(f64::total_cmp);
             ys[ys.len() / 2]
         })
@@ -345,7 +466,6 @@ type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
 fn chart(
     area: &Area<'_>,
-    title: &str,
     (x_label, y_label): (&str, &str),
     series: &[Series],
     scale: Scale,
@@ -354,7 +474,6 @@ fn chart(
     let top = if top > 0.0 { top * 1.1 } else { 1.0 };
     let mut builder = ChartBuilder::on(area);
     builder
-        .caption(title, ("sans-serif", 26))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(80);
@@ -370,38 +489,36 @@ fn chart(
                 .x_label_formatter(&micros_label)
                 .y_label_formatter(&percentile_label)
                 .draw()?;
-            lines(&mut c, series)
+            lines(&mut c, series, 0.0)
         }
         Scale::LogY => {
             // The axis starts two decades below the slowest series'
-            // median: a pause (zero, or nearly) sits on the axis rather
-            // than stretching it.
+            // median: a slow second sits on the floor rather than
+            // stretching the axis (a stop has a bar of its own there).
             let slowest = medians(series).into_iter().fold(top, f64::min);
             let bottom = 10f64.powf((slowest / 100.0).log10().floor()).max(1.0);
             let mut c = builder.build_cartesian_2d(0.0..hi.max(1.0), (bottom..top).log_scale())?;
-            let floored: Vec<Series> = series
-                .iter()
-                .map(|(n, p)| {
-                    (
-                        n.clone(),
-                        p.iter().map(|&(x, y)| (x, y.max(bottom))).collect(),
-                    )
-                })
-                .collect();
-            si_axes_and_lines(&mut c, (x_label, y_label), &floored)
+            let floored: Vec<Series> = series.iter().map(|s| s.floored(bottom)).collect();
+            si_axes(&mut c, (x_label, y_label))?;
+            spans(&mut c, &floored, (bottom, top))?;
+            lines(&mut c, &floored, bottom)
         }
         Scale::Linear => {
             let mut c = builder.build_cartesian_2d(0.0..hi.max(1.0), 0.0..top)?;
-            si_axes_and_lines(&mut c, (x_label, y_label), series)
+            si_axes(&mut c, (x_label, y_label))?;
+            spans(&mut c, series, (0.0, top))?;
+            lines(&mut c, series, 0.0)
         }
     }
 }
 
-/// Axes labelled in SI units, then the lines.
-fn si_axes_and_lines<'a, X, Y>(
-    c: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+/// A chart context of the bitmap.
+type Context<'a, X, Y> = ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>;
+
+/// Axes labelled in SI units.
+fn si_axes<X, Y>(
+    c: &mut Context<'_, X, Y>,
     (x_label, y_label): (&str, &str),
-    series: &[Series],
 ) -> Result<(), BenchError>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -413,27 +530,101 @@ where
         .x_label_formatter(&si)
         .y_label_formatter(&si)
         .draw()?;
-    lines(c, series)
+    Ok(())
 }
 
-fn lines<'a, X, Y>(
-    c: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+/// Each series' checkpoints as spans shaded in its colour from `y.0` to
+/// `y.1` (at least a fifth of a second wide, so a quick one shows).
+fn spans<X, Y>(
+    c: &mut Context<'_, X, Y>,
     series: &[Series],
+    y: (f64, f64),
 ) -> Result<(), BenchError>
 where
     X: Ranged<ValueType = f64>,
     Y: Ranged<ValueType = f64>,
 {
-    for (i, (_, points)) in series.iter().enumerate() {
-        let color = colour(i);
-        c.draw_series(LineSeries::new(
-            points.iter().copied(),
-            color.stroke_width(2),
-        ))?;
-        // One sample draws no line: a dot shows it.
-        if let [point] = points.as_slice() {
-            c.draw_series(std::iter::once(Circle::new(*point, 4, color.filled())))?;
-        }
+    for (i, s) in series.iter().enumerate() {
+        let shade = colour(i).mix(0.15).filled();
+        c.draw_series(
+            s.checkpoints
+                .iter()
+                .map(|&(from, to)| Rectangle::new([(from, y.0), (to.max(from + 0.2), y.1)], shade)),
+        )?;
     }
     Ok(())
+}
+
+/// Each series' line (segment by segment), its markers, and a bar at
+/// `floor` over each of its stops.
+fn lines<X, Y>(c: &mut Context<'_, X, Y>, series: &[Series], floor: f64) -> Result<(), BenchError>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, s) in series.iter().enumerate() {
+        let color = colour(i);
+        for segment in &s.segments {
+            c.draw_series(LineSeries::new(
+                segment.iter().copied(),
+                color.stroke_width(2),
+            ))?;
+        }
+        c.draw_series(marked(s, i, series.len()).map(|p| marker(p, i, color)))?;
+        c.draw_series(s.stops.iter().map(|&(from, to)| {
+            PathElement::new(vec![(from, floor), (to, floor)], color.stroke_width(6))
+        }))?;
+    }
+    Ok(())
+}
+
+/// Markers a line carries: about ten, the first shifted by the series'
+/// place among `n`, so two lines on top of each other show both; a line
+/// of one point gets its marker.
+fn marked(s: &Series, i: usize, n: usize) -> impl Iterator<Item = (f64, f64)> + '_ {
+    let count = s.points().count();
+    let stride = (count / 10).max(1);
+    let offset = (i * stride / n.max(1)).min(count.saturating_sub(1));
+    s.points().skip(offset).step_by(stride).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::Sample;
+
+    fn timeline(counts: &[u64]) -> Vec<Sample> {
+        let at = |(i, &events): (usize, &u64)| Sample {
+            secs: i as f64,
+            events,
+            ..Sample::default()
+        };
+        counts.iter().enumerate().map(at).collect()
+    }
+
+    #[test]
+    fn a_second_without_events_is_a_stop_that_breaks_the_line_but_a_slow_start_is_not() {
+        let s = rates(&timeline(&[0, 0, 100, 200, 200, 200, 300]));
+        assert_eq!(
+            s.segments,
+            [vec![(2.0, 100.0), (3.0, 100.0)], vec![(6.0, 100.0)]]
+        );
+        assert_eq!(s.stops, [(3.0, 5.0)]);
+    }
+
+    #[test]
+    fn two_lines_on_top_of_each_other_carry_markers_at_different_places() {
+        let points: Vec<(f64, f64)> = (0..40).map(|i| (i as f64, 7.0)).collect();
+        let line = Series::line("a".into(), points);
+        let first: Vec<_> = marked(&line, 0, 2).collect();
+        let second: Vec<_> = marked(&line, 1, 2).collect();
+        assert_eq!(first.len(), 10);
+        assert_eq!(second.len(), 10);
+        assert!(
+            first.iter().all(|p| !second.contains(p)),
+            "{first:?} {second:?}"
+        );
+        let one = Series::line("b".into(), vec![(1.0, 2.0)]);
+        assert_eq!(marked(&one, 3, 4).collect::<Vec<_>>(), [(1.0, 2.0)]);
+    }
 }

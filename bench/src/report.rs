@@ -22,6 +22,8 @@ pub struct Plan<'a> {
     pub out: &'a Path,
     /// The workload.
     pub workload: &'a Workload,
+    /// The memory budgets of all workers together.
+    pub memory: crate::backends::Budget,
     /// Whether to kill the tiered modes after their run and time the restore.
     pub recovery: bool,
     /// The Cassandra node of the modes that need one.
@@ -299,13 +301,39 @@ fn write_report(plan: &Plan<'_>, results: BTreeMap<String, ModeReport>) -> Resul
         .iter()
         .map(|(k, e)| (k.as_str(), &e.report))
         .collect();
-    let plots = crate::plots::draw(out, &reports)?;
+    let plots = crate::plots::draw(out, &reports, &workload_line(plan))?;
     std::fs::write(out.join("report.md"), markdown(&report, &plots))?;
     eprintln!("report: {}", out.join("report.md").display());
     for png in plots {
         eprintln!("plot: {}", out.join(png.file).display());
     }
     Ok(())
+}
+
+/// What ran, in one line for the plots' titles: the workload and the
+/// memory budgets (all workers together).
+fn workload_line(plan: &Plan<'_>) -> String {
+    let (w, m) = (plan.workload, &plan.memory);
+    let si = |n: u64| crate::plots::si(&(n as f64));
+    let keys = if w.zipf == 0.0 {
+        "uniform".to_owned()
+    } else {
+        format!("Zipf {}", w.zipf)
+    };
+    let mut line = format!(
+        "{} users, {} events, form {}, {keys}, {} B payload, {} workers; L1 {}B, L2 memory {}B",
+        si(w.users),
+        si(w.events),
+        w.form,
+        w.payload,
+        w.threads,
+        si(m.l1_bytes),
+        si(m.l2_bytes as u64),
+    );
+    if plan.modes.contains(&Mode::L3) {
+        line += &format!(", L2 on disk {}B before L3", si(m.l2_capacity));
+    }
+    line
 }
 
 /// The files a run writes into `--out`; those of an earlier run are

@@ -137,6 +137,23 @@ fn check_checkpoints(name: &str, m: &serde_json::Value, events: u64, every: u64)
     assert!(c["mean_ms"].as_f64().unwrap() > 0.0, "{name}: {c}");
     assert!(c["max_ms"].as_f64().unwrap() >= c["mean_ms"].as_f64().unwrap());
     assert!(c["last_bytes"].as_u64().unwrap() > 0, "{name}: {c}");
+    // Each checkpoint's span (the plots shade it): within the run, in order.
+    let windows = c["windows"].as_array().unwrap();
+    assert_eq!(
+        windows.len() as u64,
+        2 * per_worker_checkpoints,
+        "{name}: {c}"
+    );
+    let run_secs = m["timeline"].as_array().unwrap().last().unwrap()["secs"]
+        .as_f64()
+        .unwrap();
+    for w in windows {
+        let (from, to) = (w[0].as_f64().unwrap(), w[1].as_f64().unwrap());
+        assert!(
+            0.0 <= from && from <= to && to <= run_secs + 1.0,
+            "{name}: {w} of {run_secs} s"
+        );
+    }
     let r = &m["recovery"];
     assert_eq!(r["verified"], true, "{name}: {r}");
     assert_eq!(r["events"], events, "{name}: {r}");
