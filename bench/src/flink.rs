@@ -234,12 +234,15 @@ fn parse(tsv: &str, w: &Workload) -> Result<ModeReport, BenchError> {
     })
 }
 
+/// A checkpoint's (start, completion), seconds since the job was submitted.
+type Span = (f64, f64);
+
 /// The samples and checkpoint spans of the peer's timeline file (see
 /// `Timeline` in KeyedStateBench.java): `sample SECS EVENTS RSS_BYTES` and
 /// `checkpoint ID START_SECS END_SECS` lines.
 ///
 /// Errors: a line of neither shape, naming it.
-fn parse_timeline(text: &str) -> Result<(Vec<Sample>, Vec<(f64, f64)>), BenchError> {
+fn parse_timeline(text: &str) -> Result<(Vec<Sample>, Vec<Span>), BenchError> {
     let (mut samples, mut windows) = (Vec::new(), Vec::new());
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let bad = || format!("the Flink peer's timeline has a line it cannot read: {line:?}");
@@ -262,7 +265,7 @@ fn parse_timeline(text: &str) -> Result<(Vec<Sample>, Vec<(f64, f64)>), BenchErr
 }
 
 /// What the spans of the peer's completed checkpoints tell.
-fn checkpoint_figures(windows: Vec<(f64, f64)>) -> CheckpointFigures {
+fn checkpoint_figures(windows: Vec<Span>) -> CheckpointFigures {
     let ms: Vec<f64> = windows.iter().map(|(a, b)| (b - a) * 1000.0).collect();
     CheckpointFigures {
         count: windows.len() as u64,
