@@ -398,6 +398,26 @@ pub fn metric_value(body: &str, name: &str, label: Option<&str>) -> Option<f64> 
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
+/// The JSON lines of the files in `dir` whose names start with `prefix`
+/// (`part-`, `dead-letter-`), in file-name order.
+pub fn json_lines_of(dir: &Path, prefix: &str) -> Vec<serde_json::Value> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            let lines = text.lines().map(|l| serde_json::from_str(l).unwrap());
+            lines.collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Starts `n` processes of `command` at once (the members of one consumer
 /// group, say) and waits for each to exit successfully, showing the stderr
 /// of one that did not.

@@ -186,28 +186,7 @@ fn an_invalid_configuration_value_is_named_with_its_range() {
 
 /// The dead-letter records a run wrote into `out`, in order.
 fn dead_letters(out: &Path) -> Vec<serde_json::Value> {
-    let mut files: Vec<_> = std::fs::read_dir(out)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("dead-letter-")
-        })
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    json_lines_of(out, "dead-letter-")
 }
 
 /// `rows` flights a minute apart over a few routes, the origin of record

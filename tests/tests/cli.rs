@@ -344,15 +344,7 @@ fn state_get_prints_a_user_history_key_as_well_as_a_route_and_tells_live_from_un
         .collect();
     std::fs::write(&input, lines.join("\n")).unwrap();
     let out = dir.path().join("out");
-    let args = [
-        "run",
-        "user-history",
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ];
-    let run = strata(&args);
+    let run = user_history(&input, &out);
     assert!(run.status.success(), "{}", error_line(&run));
     let chk = out.join("_checkpoints");
     let chk = chk.to_str().unwrap();
@@ -433,14 +425,7 @@ fn binary_payloads_from_parquet_and_base64_json_are_kept_as_bytes() {
             "out-{}",
             input.extension().unwrap().to_string_lossy()
         ));
-        let run = strata(&[
-            "run",
-            "user-history",
-            "--input",
-            input.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-        ]);
+        let run = user_history(input, &out);
         assert!(run.status.success(), "{}", error_line(&run));
         let bytes: Vec<u64> = read_lines(&out)
             .iter()
@@ -472,40 +457,21 @@ fn binary_payloads_from_parquet_and_base64_json_are_kept_as_bytes() {
     )
     .unwrap();
     let bad = dir.path().join("out-bad");
-    let run = strata(&[
-        "run",
-        "user-history",
-        "--input",
-        json.to_str().unwrap(),
-        "--output",
-        bad.to_str().unwrap(),
-    ]);
+    let run = user_history(&json, &bad);
     let e = error_line(&run);
     assert_eq!(run.status.code(), Some(1), "{e}");
     assert!(e.contains("payload") && e.contains("not base64"), "{e}");
 }
 
+/// `strata run user-history` from `input` into `out`.
+fn user_history(input: &Path, out: &Path) -> std::process::Output {
+    let mut args: Vec<&std::ffi::OsStr> =
+        vec!["run".as_ref(), "user-history".as_ref(), "--input".as_ref()];
+    args.extend([input.as_os_str(), "--output".as_ref(), out.as_os_str()]);
+    strata(&args)
+}
+
 /// The JSON lines of the part files in `out`, in file-name order.
 fn read_lines(out: &Path) -> Vec<serde_json::Value> {
-    let mut parts: Vec<PathBuf> = std::fs::read_dir(out)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("part-")
-        })
-        .collect();
-    parts.sort();
-    parts
-        .iter()
-        .flat_map(|p| {
-            let text = std::fs::read_to_string(p).unwrap();
-            text.lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    json_lines_of(out, "part-")
 }
