@@ -205,7 +205,7 @@ fn legend(area: &Area<'_>, series: &[Series]) -> Result<(), BenchError> {
         ),
         (
             series.iter().any(|s| !s.checkpoints.is_empty()),
-            "shaded: a checkpoint, in its mode's colour",
+            "shaded: a mode's checkpoints",
         ),
     ];
     for (_, note) in notes.iter().filter(|(shown, _)| *shown) {
@@ -289,14 +289,29 @@ fn throughput(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
         .collect()
 }
 
+/// Windows shorter than this at the end of a run are left out: the last
+/// one holds the run's tail, and over a few milliseconds its rate says
+/// nothing.
+const SHORTEST_LAST_WINDOW_SECS: f64 = 0.5;
+
 /// The events/s of each window of `timeline`, in segments between stops.
+/// Before the first event a run is starting, and after the last one it is
+/// ending (a final checkpoint, a shutdown): neither is a stop.
 fn rates(timeline: &[crate::timeline::Sample]) -> Series {
     let mut series = Series::default();
     let mut segment = Vec::new();
-    let windows = timeline.windows(2).filter(|w| w[1].secs > w[0].secs);
-    // Before the first event the run is starting, not stopped.
-    let started = windows.skip_while(|w| w[1].events == 0);
-    for w in started {
+    let windows: Vec<_> = timeline
+        .windows(2)
+        .filter(|w| w[1].secs > w[0].secs)
+        .collect();
+    let first = windows.iter().position(|w| w[1].events > w[0].events);
+    let last = windows.iter().rposition(|w| {
+        w[1].events > w[0].events && w[1].secs - w[0].secs >= SHORTEST_LAST_WINDOW_SECS
+    });
+    let (Some(first), Some(last)) = (first, last) else {
+        return series;
+    };
+    for w in windows.get(first..=last).unwrap_or_default() {
         let (from, to) = (w[0].secs, w[1].secs);
         let events = w[1].events.saturating_sub(w[0].events);
         if events > 0 {
@@ -603,13 +618,26 @@ mod tests {
     }
 
     #[test]
-    fn a_second_without_events_is_a_stop_that_breaks_the_line_but_a_slow_start_is_not() {
-        let s = rates(&timeline(&[0, 0, 100, 200, 200, 200, 300]));
+    fn a_second_without_events_is_a_stop_that_breaks_the_line_but_start_and_end_are_not() {
+        let s = rates(&timeline(&[0, 0, 100, 200, 200, 200, 300, 300, 300]));
         assert_eq!(
             s.segments,
             [vec![(2.0, 100.0), (3.0, 100.0)], vec![(6.0, 100.0)]]
         );
         assert_eq!(s.stops, [(3.0, 5.0)]);
+    }
+
+    #[test]
+    fn a_short_last_window_is_left_out() {
+        let mut samples = timeline(&[0, 100, 200]);
+        samples.push(Sample {
+            secs: 2.05,
+            events: 201,
+            ..Sample::default()
+        });
+        let s = rates(&samples);
+        assert_eq!(s.segments, [vec![(1.0, 100.0), (2.0, 100.0)]]);
+        assert!(s.stops.is_empty());
     }
 
     #[test]
