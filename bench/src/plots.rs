@@ -26,6 +26,7 @@
 
 use crate::backends::BenchError;
 use crate::runner::ModeReport;
+use crate::timeline::Sample;
 use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -56,7 +57,7 @@ pub fn register_font() -> Result<(), BenchError> {
 }
 
 /// A figure of a sample.
-type Gauge = fn(&crate::timeline::Sample) -> u64;
+type Gauge = fn(&Sample) -> u64;
 
 /// One named line: its points, in segments (a stop breaks a throughput
 /// line), the spans it stood still and its checkpoints (seconds).
@@ -289,25 +290,27 @@ fn throughput(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
         .collect()
 }
 
-/// Windows shorter than this at the end of a run are left out: the last
-/// one holds the run's tail, and over a few milliseconds its rate says
-/// nothing.
+/// Windows shorter than this at the end of a run are left out when an
+/// earlier one is long enough: the last one holds the run's tail, and over
+/// a few milliseconds its rate says nothing.
 const SHORTEST_LAST_WINDOW_SECS: f64 = 0.5;
 
 /// The events/s of each window of `timeline`, in segments between stops.
 /// Before the first event a run is starting, and after the last one it is
 /// ending (a final checkpoint, a shutdown): neither is a stop.
-fn rates(timeline: &[crate::timeline::Sample]) -> Series {
+fn rates(timeline: &[Sample]) -> Series {
     let mut series = Series::default();
     let mut segment = Vec::new();
     let windows: Vec<_> = timeline
         .windows(2)
         .filter(|w| w[1].secs > w[0].secs)
         .collect();
-    let first = windows.iter().position(|w| w[1].events > w[0].events);
-    let last = windows.iter().rposition(|w| {
-        w[1].events > w[0].events && w[1].secs - w[0].secs >= SHORTEST_LAST_WINDOW_SECS
-    });
+    let busy = |w: &&[Sample]| w[1].events > w[0].events;
+    let long = |w: &&[Sample]| w[1].secs - w[0].secs >= SHORTEST_LAST_WINDOW_SECS;
+    let first = windows.iter().position(busy);
+    // The last busy window that is long enough, or the last busy one.
+    let last =
+        (windows.iter().rposition(|w| busy(w) && long(w))).or(windows.iter().rposition(busy));
     let (Some(first), Some(last)) = (first, last) else {
         return series;
     };
@@ -606,7 +609,6 @@ fn marked(s: &Series, i: usize, n: usize) -> impl Iterator<Item = (f64, f64)> + 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timeline::Sample;
 
     fn timeline(counts: &[u64]) -> Vec<Sample> {
         let at = |(i, &events): (usize, &u64)| Sample {
@@ -638,6 +640,16 @@ mod tests {
         let s = rates(&samples);
         assert_eq!(s.segments, [vec![(1.0, 100.0), (2.0, 100.0)]]);
         assert!(s.stops.is_empty());
+        // A run of short windows only keeps them all.
+        let short: Vec<Sample> = [(0.0, 0), (0.2, 50), (0.3, 60)]
+            .iter()
+            .map(|&(secs, events)| Sample {
+                secs,
+                events,
+                ..Sample::default()
+            })
+            .collect();
+        assert_eq!(rates(&short).points().count(), 2);
     }
 
     #[test]
