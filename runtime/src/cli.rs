@@ -208,8 +208,9 @@ enum StateCommand {
     ///
     /// From a checkpoint it prints `{"checkpoint", "state", "key",
     /// "status", "value"}`: status `live` with the value, `expired` (the
-    /// key's state is all past its TTL at the checkpoint's watermark), or
-    /// `no such key`. A checkpoint of a job with L3 is read through L3:
+    /// key's state is all past its TTL at the checkpoint's watermark but
+    /// still stored, as in L3 before the sweep reaches it), or `no such
+    /// key` (also once strata has dropped expired state). A checkpoint of a job with L3 is read through L3:
     /// give the job's --config (or -D state.l3.contact-points=…).
     #[command(after_long_help = states_help())]
     Get {
