@@ -290,14 +290,11 @@ fn throughput(modes: &BTreeMap<&str, &ModeReport>) -> Vec<Series> {
         .collect()
 }
 
-/// Windows shorter than this at the end of a run are left out when an
-/// earlier one is long enough: the last one holds the run's tail, and over
-/// a few milliseconds its rate says nothing.
-const SHORTEST_LAST_WINDOW_SECS: f64 = 0.5;
-
 /// The events/s of each window of `timeline`, in segments between stops.
 /// Before the first event a run is starting, and after the last one it is
-/// ending (a final checkpoint, a shutdown): neither is a stop.
+/// ending (a final checkpoint, a shutdown): neither is a stop. The input
+/// ends inside the last window with events, so that one's rate is only a
+/// part of one: it is left out once two windows came before it.
 fn rates(timeline: &[Sample]) -> Series {
     let mut series = Series::default();
     let mut segment = Vec::new();
@@ -305,15 +302,13 @@ fn rates(timeline: &[Sample]) -> Series {
         .windows(2)
         .filter(|w| w[1].secs > w[0].secs)
         .collect();
-    let busy = |w: &&[Sample]| w[1].events > w[0].events;
-    let long = |w: &&[Sample]| w[1].secs - w[0].secs >= SHORTEST_LAST_WINDOW_SECS;
-    let first = windows.iter().position(busy);
-    // The last busy window that is long enough, or the last busy one.
-    let last =
-        (windows.iter().rposition(|w| busy(w) && long(w))).or(windows.iter().rposition(busy));
-    let (Some(first), Some(last)) = (first, last) else {
+    let busy: Vec<usize> = (0..windows.len())
+        .filter(|&i| windows[i][1].events > windows[i][0].events)
+        .collect();
+    let Some(&first) = busy.first() else {
         return series;
     };
+    let last = busy[busy.len() - if busy.len() >= 3 { 2 } else { 1 }];
     for w in windows.get(first..=last).unwrap_or_default() {
         let (from, to) = (w[0].secs, w[1].secs);
         let events = w[1].events.saturating_sub(w[0].events);
@@ -621,16 +616,19 @@ mod tests {
 
     #[test]
     fn a_second_without_events_is_a_stop_that_breaks_the_line_but_start_and_end_are_not() {
-        let s = rates(&timeline(&[0, 0, 100, 200, 200, 200, 300, 300, 300]));
+        let s = rates(&timeline(&[0, 0, 100, 200, 200, 200, 300, 400, 500, 500]));
         assert_eq!(
             s.segments,
-            [vec![(2.0, 100.0), (3.0, 100.0)], vec![(6.0, 100.0)]]
+            [
+                vec![(2.0, 100.0), (3.0, 100.0)],
+                vec![(6.0, 100.0), (7.0, 100.0)]
+            ]
         );
         assert_eq!(s.stops, [(3.0, 5.0)]);
     }
 
     #[test]
-    fn a_short_last_window_is_left_out() {
+    fn the_last_busy_window_is_left_out_after_two_others() {
         let mut samples = timeline(&[0, 100, 200]);
         samples.push(Sample {
             secs: 2.05,
@@ -640,7 +638,7 @@ mod tests {
         let s = rates(&samples);
         assert_eq!(s.segments, [vec![(1.0, 100.0), (2.0, 100.0)]]);
         assert!(s.stops.is_empty());
-        // A run of short windows only keeps them all.
+        // A run of two windows keeps both.
         let short: Vec<Sample> = [(0.0, 0), (0.2, 50), (0.3, 60)]
             .iter()
             .map(|&(secs, events)| Sample {
