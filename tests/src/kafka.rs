@@ -185,3 +185,34 @@ pub fn run_command(input: &str, output: &str, chk: &Path, extra: &[&str]) -> std
     .args(extra);
     cmd
 }
+
+/// The offsets consumer group `group` committed on `topic`, summed over
+/// its partitions (a partition without one counts 0): on a topic filled
+/// from offset 0, the records a job's completed checkpoints hold.
+pub fn committed_total(group: &str, topic: &str) -> i64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", group)
+        .create()
+        .expect("a consumer");
+    let timeout = Duration::from_secs(30);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .expect("the topic's metadata");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        tpl.add_partition(topic, p.id());
+    }
+    let committed = consumer
+        .committed_offsets(tpl, timeout)
+        .expect("the committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => Some(o),
+            _ => None,
+        })
+        .sum()
+}

@@ -38,6 +38,9 @@ fn route_history_over_kafka_equals_the_batch_computation() {
         &reference_route_history(&flights_path()),
         "uninterrupted run",
     );
+    // A bounded run commits its final checkpoint's offsets to its group
+    // too (start=committed and lag monitoring read them).
+    assert_eq!(committed_total("strata-route-history", &input), 3_000_000);
 }
 
 /// Waits until `chk` holds a checkpoint directory without `_metadata` (a

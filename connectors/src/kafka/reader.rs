@@ -98,6 +98,11 @@ impl Reader {
             }
             if self.finished.iter().all(|f| *f) && self.ends.is_some() {
                 let _ = self.tx.send(Ok(Batch::End));
+                // The checkpoints of what was read, the final one last,
+                // still commit their offsets to the group.
+                while let Ok(offsets) = self.commits.recv() {
+                    self.commit(&offsets);
+                }
                 return Ok(());
             }
             self.poll_into(POLL)?;
@@ -107,22 +112,23 @@ impl Reader {
     fn serve_commits(&mut self) -> bool {
         loop {
             match self.commits.try_recv() {
-                Ok(offsets) => {
-                    let mut tpl = TopicPartitionList::new();
-                    for o in &offsets {
-                        let _ = tpl.add_partition_offset(
-                            &o.topic,
-                            o.partition,
-                            Offset::Offset(o.offset),
-                        );
-                    }
-                    if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
-                        self.warn(&format!("committing offsets to the group: {e}"));
-                    }
-                }
+                Ok(offsets) => self.commit(&offsets),
                 Err(mpsc::TryRecvError::Empty) => return true,
                 Err(mpsc::TryRecvError::Disconnected) => return false,
             }
+        }
+    }
+
+    /// Commits a completed checkpoint's `offsets` to the group (a failure
+    /// is warned about: the offsets serve lag monitoring and
+    /// `start=committed`, never a restore).
+    fn commit(&mut self, offsets: &[PartitionOffset]) {
+        let mut tpl = TopicPartitionList::new();
+        for o in offsets {
+            let _ = tpl.add_partition_offset(&o.topic, o.partition, Offset::Offset(o.offset));
+        }
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
+            self.warn(&format!("committing offsets to the group: {e}"));
         }
     }
 
