@@ -65,11 +65,12 @@
 //! those before it.
 
 pub mod codec;
+pub use strata_key as composite_key;
 mod cold;
-pub mod composite_key;
 mod descriptor;
 mod error;
 mod eviction;
+mod fault;
 pub mod hash;
 pub mod key_group;
 mod l1;

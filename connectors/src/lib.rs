@@ -22,7 +22,6 @@
 //! # Ok::<(), strata_connectors::ConnectorError>(())
 //! ```
 
-mod csv_rows;
 mod error;
 mod file_sink;
 mod file_source;
@@ -32,11 +31,11 @@ pub mod kafka;
 mod row;
 mod throttle;
 
-pub use csv_rows::csv_value_row;
 pub use error::{ConnectorError, RecordError, Result};
 pub use file_sink::{already_holds, committed_parts, FileSink, PendingFile, SinkState};
 pub use file_source::{
-    json_row, FileSource, Format, Position, RowResult, SourceOptions, DEFAULT_MAX_RECORD_BYTES,
+    csv_value_row, json_row, FileSource, Format, Position, RowResult, SourceOptions,
+    DEFAULT_MAX_RECORD_BYTES,
 };
 pub use identity::InputIdentity;
 pub use row::{

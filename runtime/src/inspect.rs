@@ -1,11 +1,11 @@
 //! Reading checkpoints without running a job: list them, and read one key's
 //! state from the latest (the `strata checkpoints` and `strata state` commands).
 
+use crate::checkpoint::cold::cold_reader;
 use crate::checkpoint::remote::{self, Remote};
 use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::restore::cold_reader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use strata_cache::key_group::{key_group_of, KeyGroupRange};
@@ -294,7 +294,7 @@ fn open_operator(
     let mut builder = StateStore::builder(path)
         .max_parallelism(meta.max_parallelism)
         .l2_memory(16 << 20)
-        .state(StateDescriptor::value(crate::task::keyed::TIMERS_STATE));
+        .state(StateDescriptor::value(crate::function::TIMERS_STATE));
     let reads_l3 = cold.is_some();
     if let Some(cold) = cold {
         builder = builder.cold_tier(cold);

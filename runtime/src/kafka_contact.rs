@@ -77,9 +77,5 @@ pub(crate) fn reach_blocking(
     settings: &KafkaSecuritySettings,
     brokers: &[&str],
 ) -> Result<KafkaSecurity> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(RuntimeError::io(std::path::Path::new("tokio runtime")))?
-        .block_on(reach(settings, brokers))
+    crate::executor::block_on(reach(settings, brokers))?
 }

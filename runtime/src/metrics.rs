@@ -8,12 +8,26 @@
 //! `strata_checkpoint_<duration_ms|state_bytes|new_bytes>`; a Kafka
 //! source's `strata_source_kafka_paused_partitions`,
 //! `strata_source_kafka_paused_ms_total` and
-//! `strata_source_kafka_lag{partition=..}`.
+//! `strata_source_kafka_lag{partition=..}`; in a consumer group, per shard
+//! `strata_shard_records_<in|out>_total{partition=..}` and
+//! `strata_shard_lag{partition=..}`.
 
 use crate::error::{Result, RuntimeError};
-use crate::progress::Progress;
 use std::sync::atomic::Ordering;
 use strata_cache::TierStats;
+use strata_connectors::kafka::SourceStats;
+
+/// A job's record counters at one moment (see `crate::progress::Progress`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RecordFigures {
+    pub(crate) records_in: u64,
+    pub(crate) records_out: u64,
+    pub(crate) dead_letters: u64,
+    /// The source's position: records (Parquet) or bytes (text) done.
+    pub(crate) position: u64,
+    /// The input's size in the same unit (0: unknown).
+    pub(crate) total: u64,
+}
 
 /// Starts the Prometheus HTTP endpoint on `addr` (e.g. `127.0.0.1:9249`).
 /// Must run inside the tokio runtime.
@@ -43,17 +57,15 @@ pub(crate) fn warn_if_exposed(flag: &str, addr: std::net::SocketAddr, exposes: &
     }
 }
 
-pub(crate) fn publish(p: &Progress, t: &TierStats) {
-    metrics::counter!("strata_records_in_total").absolute(p.records_in.load(Ordering::Relaxed));
-    metrics::counter!("strata_records_out_total").absolute(p.records_out.load(Ordering::Relaxed));
-    metrics::counter!("strata_dead_letters_total").absolute(p.dead_letters.load(Ordering::Relaxed));
-    metrics::gauge!("strata_source_position").set(p.done.load(Ordering::Relaxed) as f64);
-    metrics::gauge!("strata_source_lag").set(
-        p.total
-            .load(Ordering::Relaxed)
-            .saturating_sub(p.done.load(Ordering::Relaxed)) as f64,
-    );
-    if let Some(k) = p.kafka.get() {
+/// Publishes a job's record counters, its Kafka source's figures (if it
+/// reads Kafka) and its tiers' figures.
+pub(crate) fn publish(r: &RecordFigures, kafka: Option<&SourceStats>, t: &TierStats) {
+    metrics::counter!("strata_records_in_total").absolute(r.records_in);
+    metrics::counter!("strata_records_out_total").absolute(r.records_out);
+    metrics::counter!("strata_dead_letters_total").absolute(r.dead_letters);
+    metrics::gauge!("strata_source_position").set(r.position as f64);
+    metrics::gauge!("strata_source_lag").set(r.total.saturating_sub(r.position) as f64);
+    if let Some(k) = kafka {
         publish_kafka(k);
     }
     metrics::counter!("strata_state_l1_hits_total").absolute(t.l1_hits);
@@ -82,14 +94,27 @@ pub(crate) fn publish_task(task: &str, idle_ms: u64, backpressured_ms: u64) {
         .set(1000u64.saturating_sub(idle_ms + backpressured_ms) as f64);
 }
 
-pub(crate) fn publish_checkpoint(c: &crate::checkpoint::CheckpointStats) {
-    metrics::gauge!("strata_checkpoint_duration_ms").set(c.duration_ms as f64);
-    metrics::gauge!("strata_checkpoint_state_bytes").set(c.state_bytes as f64);
-    metrics::gauge!("strata_checkpoint_new_bytes").set(c.new_bytes as f64);
+/// A completed checkpoint's duration (ms) and sizes (bytes: all its
+/// state, and what it uploaded that no earlier checkpoint holds).
+pub(crate) fn publish_checkpoint(duration_ms: u64, state_bytes: u64, new_bytes: u64) {
+    metrics::gauge!("strata_checkpoint_duration_ms").set(duration_ms as f64);
+    metrics::gauge!("strata_checkpoint_state_bytes").set(state_bytes as f64);
+    metrics::gauge!("strata_checkpoint_new_bytes").set(new_bytes as f64);
     metrics::counter!("strata_checkpoints_completed_total").increment(1);
 }
 
-fn publish_kafka(k: &strata_connectors::kafka::SourceStats) {
+/// One shard of a consumer group: its record counters and its lag.
+pub(crate) fn publish_shard(partition: i32, r: &RecordFigures, kafka: Option<&SourceStats>) {
+    let label = [("partition", partition.to_string())];
+    metrics::counter!("strata_shard_records_in_total", &label).absolute(r.records_in);
+    metrics::counter!("strata_shard_records_out_total", &label).absolute(r.records_out);
+    if let Some(k) = kafka {
+        let lag: i64 = k.lag.lock().unwrap_or_else(|p| p.into_inner()).iter().sum();
+        metrics::gauge!("strata_shard_lag", &label).set(lag as f64);
+    }
+}
+
+fn publish_kafka(k: &SourceStats) {
     metrics::gauge!("strata_source_kafka_paused_partitions")
         .set(k.paused_partitions.load(Ordering::Relaxed) as f64);
     metrics::counter!("strata_source_kafka_paused_ms_total")

@@ -3,6 +3,7 @@
 //! otherwise) and publishes them as Prometheus metrics every second.
 
 use crate::channel::TaskTimes;
+use crate::metrics::RecordFigures;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,22 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// The record counters now.
+    pub(crate) fn figures(&self) -> RecordFigures {
+        RecordFigures {
+            records_in: self.records_in.load(Ordering::Relaxed),
+            records_out: self.records_out.load(Ordering::Relaxed),
+            dead_letters: self.dead_letters.load(Ordering::Relaxed),
+            position: self.done.load(Ordering::Relaxed),
+            total: self.total.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Publishes the counters as one consumer group shard's metrics.
+    pub(crate) fn publish_as_shard(&self, partition: i32) {
+        crate::metrics::publish_shard(partition, &self.figures(), self.kafka.get().map(|k| &**k));
+    }
+
     pub(crate) fn source_at(&self, (done, total): (u64, u64)) {
         if self.records_in.fetch_add(1, Ordering::Relaxed) == 0 {
             let _ = self.first_record.set(Instant::now());
@@ -183,7 +200,11 @@ fn publish(
     tiers: &TierStats,
     clocks: &mut [TaskClock],
 ) {
-    crate::metrics::publish(progress, tiers);
+    crate::metrics::publish(
+        &progress.figures(),
+        progress.kafka.get().map(|k| &**k),
+        tiers,
+    );
     for (i, store) in stores.iter().enumerate() {
         crate::metrics::publish_state_wait(&format!("keyed-{i}"), &store.stats());
     }

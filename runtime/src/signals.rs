@@ -8,44 +8,39 @@
 use std::sync::OnceLock;
 use tokio::sync::watch;
 
-/// The first signal received, if any; the thread that listens starts on
-/// first use.
+/// The first signal received, if any; listening starts on first use.
 static RECEIVED: OnceLock<Option<watch::Receiver<Option<&'static str>>>> = OnceLock::new();
 
-/// Starts the listening thread and waits until its handlers are installed;
-/// `None` if that failed (then no signal is handled: the default applies).
+/// Installs the handlers and starts a task on the process's runtime that
+/// waits for the first signal; `None` if that failed (then no signal is
+/// handled: the default applies).
 fn listen() -> Option<watch::Receiver<Option<&'static str>>> {
     use tokio::signal::unix::{signal, SignalKind};
+    let handle = crate::executor::handle().ok()?;
+    let _entered = handle.enter();
+    let mut int = signal(SignalKind::interrupt()).ok()?;
+    let mut term = signal(SignalKind::terminate()).ok()?;
     let (tx, rx) = watch::channel(None);
-    let (ready, armed) = std::sync::mpsc::channel();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let handlers = (
-                    signal(SignalKind::interrupt()),
-                    signal(SignalKind::terminate()),
-                );
-                let (Ok(mut int), Ok(mut term)) = handlers else {
-                    let _ = ready.send(false);
-                    return;
-                };
-                let _ = ready.send(true);
-                let name = tokio::select! {
-                    _ = int.recv() => "SIGINT",
-                    _ = term.recv() => "SIGTERM",
-                };
-                let _ = tx.send(Some(name));
-                // Keep the handlers (and the channel) for the process's life.
-                std::future::pending::<()>().await
-            })
-        })
-        .ok()?;
-    armed.recv().ok()?.then_some(rx)
+    handle.spawn(async move {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        };
+        let _ = tx.send(Some(name));
+        // Keep the handlers (and the channel) for the process's life.
+        let _kept = (int, term);
+        std::future::pending::<()>().await
+    });
+    Some(rx)
+}
+
+/// The first SIGINT or SIGTERM received so far, if any (for a loop that
+/// polls; listening starts on the first call).
+pub(crate) fn received() -> Option<&'static str> {
+    RECEIVED
+        .get_or_init(listen)
+        .as_ref()
+        .and_then(|rx| *rx.borrow())
 }
 
 /// Resolves with the name of the first SIGINT or SIGTERM the process

@@ -12,10 +12,10 @@
 //! continue from it (it would be a zombie): a marker file in the
 //! checkpoint directory says so at the next `--restore`.
 
+use crate::checkpoint::cold::connect_cold;
 use crate::checkpoint::{CheckpointMetadata, CheckpointStorage};
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::restore::connect_cold;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,7 +76,7 @@ pub fn write_back(
             .l2_memory(64 << 20)
             .l2_capacity(1)
             .cold_tier(cold.tier.clone() as Arc<dyn strata_cache::ColdTier>)
-            .state(StateDescriptor::value(crate::task::keyed::TIMERS_STATE));
+            .state(StateDescriptor::value(crate::function::TIMERS_STATE));
         for s in states {
             builder = builder.state(s.clone());
         }
@@ -169,5 +169,5 @@ fn mark(storage: &CheckpointStorage, meta: &CheckpointMetadata, tables: &str) ->
         "checkpoint {} written to {tables} by strata migration write-back at {at}",
         meta.id
     );
-    crate::pipeline::restore::write_durably(&storage.root().join(MARKER), &text)
+    crate::checkpoint::files::write_durably(&storage.root().join(MARKER), &text)
 }

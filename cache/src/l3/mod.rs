@@ -11,7 +11,8 @@
 //! run goes on) are fenced off: see `fence`.
 //!
 //! The store is synchronous, the driver is not: the
-//! tier runs the driver on a small tokio runtime of its own and blocks the
+//! tier runs the driver on a tokio runtime — the embedding program's
+//! ([`L3Config::runtime`]) or a small one of its own — and blocks the
 //! calling thread until the answer arrives — so a slow L3 slows the keyed
 //! task that needs it, and backpressure carries that to the source.
 //!
@@ -89,6 +90,10 @@ pub struct L3Config {
     pub credentials: Option<Credentials>,
     /// TLS towards the nodes (none: plaintext).
     pub tls: Option<TlsFiles>,
+    /// The tokio runtime the driver runs on: the embedding program's (the
+    /// strata runtime hands its own, so a process runs one). `None`: the
+    /// tier starts a small runtime of its own (2 worker threads).
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 impl L3Config {
@@ -111,13 +116,57 @@ impl L3Config {
             sweep_migration_table: true,
             credentials: None,
             tls: None,
+            runtime: None,
         }
     }
 }
 
+/// The runtime the driver runs on: one of the tier's own (shut down with
+/// the tier) or the embedding program's.
+enum Driver {
+    Own(tokio::runtime::Runtime),
+    Shared(tokio::runtime::Handle),
+}
+
+impl Driver {
+    fn start(shared: Option<tokio::runtime::Handle>) -> Result<Self> {
+        if let Some(handle) = shared {
+            return Ok(Driver::Shared(handle));
+        }
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("strata-l3")
+            .enable_all()
+            .build()
+            .map(Driver::Own)
+            .map_err(|e| StateError::L3(format!("cannot start the L3 runtime: {e}")))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        match self {
+            Driver::Own(runtime) => runtime.handle(),
+            Driver::Shared(handle) => handle,
+        }
+    }
+}
+
+/// Runs `fut` on `runtime` and waits for it on this thread (which may be
+/// one of the runtime's own, inside `block_in_place`).
+fn block_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Handle,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv()
+        .map_err(|_| StateError::L3("the L3 runtime stopped".into()))?
+}
+
 /// The Cassandra/ScyllaDB cold tier. Cheap to share (`Arc`); one per process.
 pub struct CassandraTier {
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Option<Driver>,
     service: L3Service,
     layout: Arc<Layout>,
     counters: Arc<L3Counters>,
@@ -137,13 +186,10 @@ impl CassandraTier {
     /// answers within `connect_timeout`, or when the schema cannot be
     /// created or the migrated table does not have the configured columns.
     pub fn connect(config: L3Config) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("strata-l3")
-            .enable_all()
-            .build()
-            .map_err(|e| StateError::L3(format!("cannot start the L3 runtime: {e}")))?;
-        let (session, layout, fence, sweep) = runtime.block_on(setup(&config))?;
+        let runtime = Driver::start(config.runtime.clone())?;
+        let setup_config = config.clone();
+        let (session, layout, fence, sweep) =
+            block_on(runtime.handle(), async move { setup(&setup_config).await })?;
         let session = Arc::new(session);
         let counters = Arc::new(L3Counters::default());
         let stack = StackConfig {
@@ -151,8 +197,12 @@ impl CassandraTier {
             timeout: config.request_timeout,
             retry_for: config.retry_for,
         };
-        let service =
-            runtime.block_on(async { service::stack(session.clone(), stack, counters.clone()) });
+        let service = {
+            let (session, counters) = (session.clone(), counters.clone());
+            block_on(runtime.handle(), async move {
+                Ok(service::stack(session, stack, counters))
+            })?
+        };
         Ok(Self {
             runtime: Some(runtime),
             service,
@@ -214,12 +264,7 @@ impl CassandraTier {
             .runtime
             .as_ref()
             .ok_or_else(|| StateError::L3("closed".into()))?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        runtime.spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        rx.recv()
-            .map_err(|_| StateError::L3("the L3 runtime stopped".into()))?
+        block_on(runtime.handle(), fut)
     }
 
     /// Claims the job's lineage in L3 for run `run`, restored from
@@ -354,7 +399,7 @@ fn l3_error(e: tower::BoxError, (timeout, retry_for): (Duration, Duration)) -> S
 impl Drop for CassandraTier {
     fn drop(&mut self) {
         // Dropping a runtime inside another one's worker would panic.
-        if let Some(rt) = self.runtime.take() {
+        if let Some(Driver::Own(rt)) = self.runtime.take() {
             rt.shutdown_background();
         }
     }

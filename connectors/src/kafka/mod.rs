@@ -12,12 +12,15 @@
 //! * [`load_topic`] / [`read_topic`]: a file into a topic, a topic into JSON lines.
 //!
 //! Message keys are the job's key bytes ([`encode_key`]): for a key of
-//! several columns their `strata_cache::composite_key`, for one column its
+//! several columns their `strata_key` encoding, for one column its
 //! text. So equal keys land in one
 //! partition (Kafka's default partitioner hashes the key), and the source
 //! can check that a message's key is the key its fields give.
 
+mod fetched;
 mod group;
+mod partitioner;
+mod produce;
 mod publish;
 mod reader;
 mod security;
@@ -25,16 +28,16 @@ mod sink;
 mod source;
 mod topic;
 
+pub use fetched::{Fetched, PartitionOffset, Polled, RowDecoder, SourceStats};
 pub use group::{
     describe_group, group_topics, Commit, Committed, GroupInfo, GroupMember, GroupOptions,
     MemberInfo, RebalanceListener,
 };
+pub use partitioner::Partitioner;
+pub use produce::OutRecord;
 pub use security::KafkaSecurity;
-pub use sink::{KafkaSink, KafkaSinkOptions, OutRecord};
-pub use source::{
-    Fetched, KafkaSource, KafkaSourceOptions, KafkaStart, PartitionOffset, Polled, RowDecoder,
-    SourceStats,
-};
+pub use sink::{KafkaSink, KafkaSinkOptions};
+pub use source::{KafkaSource, KafkaSourceOptions, KafkaStart};
 pub use topic::{load_topic, read_topic, LoadOptions, LoadReport, ReadOptions};
 
 use crate::error::{ConnectorError, Result};
@@ -42,7 +45,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::TopicPartitionList;
 use std::time::Duration;
-use strata_cache::composite_key;
+use strata_key as composite_key;
 
 /// How long a metadata, watermark or admin call may take before it fails.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);

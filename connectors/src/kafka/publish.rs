@@ -17,7 +17,7 @@
 //! the sink task serialised them; publishing reads them back into a reused
 //! buffer and hands librdkafka slices of it (no second serialisation).
 
-use super::sink::{send, Deliveries, OutRecord};
+use super::produce::{send, Deliveries, OutRecord};
 use super::{hex, CALL_TIMEOUT};
 use crate::error::{ConnectorError, Result};
 use crate::file_sink::committed_parts;

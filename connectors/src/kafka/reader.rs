@@ -2,7 +2,7 @@
 //! into rows, hands batches to the source task and holds reading back
 //! under backpressure (see the `source` module's docs).
 
-use super::source::{Batch, Fetched, PartitionOffset, RowDecoder, SourceStats};
+use super::fetched::{Batch, Fetched, PartitionOffset, RowDecoder, SourceStats};
 use crate::error::{ConnectorError, Result};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;

@@ -29,16 +29,16 @@
 //! A broker that goes away is waited for (librdkafka reconnects); errors
 //! that lose data (an offset out of range, a topic deleted) end reading.
 
+use super::fetched::{Batch, PartitionOffset, Polled, RowDecoder, SourceStats};
 use super::reader::{Reader, CHANNEL_BATCHES};
 use super::{client_config, partitions_of, KafkaSecurity, CALL_TIMEOUT};
 use crate::error::{ConnectorError, Result};
-use crate::RowResult;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How a [`KafkaSource`] reads (`--input kafka://…` and `source.kafka.*`).
@@ -84,76 +84,6 @@ pub enum KafkaStart {
     /// (its metadata starts `strata:`) is refused: it belongs to a run
     /// whose checkpoints hold the state that goes with it.
     Committed,
-}
-
-/// Turns a message into a row of the job's schema (or says what is wrong
-/// with it). It runs on the source's reader thread, beside the task that
-/// takes the rows, as a file source's rows are parsed ahead.
-#[derive(Clone)]
-pub struct RowDecoder(pub Arc<dyn Fn(&Fetched) -> RowResult + Send + Sync>);
-
-impl std::fmt::Debug for RowDecoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RowDecoder")
-    }
-}
-
-/// Where to resume one partition: the offset of its next message.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PartitionOffset {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Offset of the next message to read.
-    pub offset: i64,
-}
-
-/// One message as read, owned.
-#[derive(Debug, Clone)]
-pub struct Fetched {
-    /// Index of its partition in [`KafkaSource::partitions`].
-    pub split: usize,
-    /// Its offset.
-    pub offset: i64,
-    /// Its timestamp (ms since the epoch), if it has one.
-    pub timestamp: Option<i64>,
-    /// Its key.
-    pub key: Option<Vec<u8>>,
-    /// Its value (`None`: a tombstone, or decoded into `row`).
-    pub payload: Option<Vec<u8>>,
-    /// Its value decoded ([`KafkaSourceOptions::decode`]); a value that
-    /// decoded is dropped, one that did not is kept (for dead letters).
-    pub row: Option<RowResult>,
-}
-
-/// What one [`KafkaSource::poll`] found.
-#[derive(Debug)]
-pub enum Polled {
-    /// Messages, in order per partition.
-    Records(Vec<Fetched>),
-    /// Nothing within the timeout.
-    Idle,
-    /// Bounded mode: every partition reached its end offset.
-    End,
-}
-
-/// Backpressure and lag figures of a running source, for metrics.
-#[derive(Debug, Default)]
-pub struct SourceStats {
-    /// Partitions whose reading backpressure holds back now.
-    pub paused_partitions: AtomicU64,
-    /// Time partitions were paused, ns (the current pause included once it ends).
-    pub paused_ns: AtomicU64,
-    /// Per partition (as [`KafkaSource::partitions`]): end offset minus the
-    /// next offset read, refreshed every two seconds.
-    pub lag: Mutex<Vec<i64>>,
-}
-
-pub(super) enum Batch {
-    Records(Vec<Fetched>),
-    End,
 }
 
 /// A Kafka source; see the module docs.

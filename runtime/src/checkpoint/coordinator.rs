@@ -88,18 +88,53 @@ impl InFlight {
 /// Triggers checkpoints, collects acknowledgements, commits metadata and
 /// notifies tasks.
 pub(crate) struct Coordinator {
-    pub(crate) storage: CheckpointStorage,
-    pub(crate) settings: Settings,
-    pub(crate) next_id: u64,
+    storage: CheckpointStorage,
+    settings: Settings,
+    next_id: u64,
+    trigger: mpsc::Sender<Trigger>,
+    acks: mpsc::Receiver<Ack>,
+    completed: watch::Sender<u64>,
+    /// L3, the job's lineage there and its `keyspace.table`, if the job has L3.
+    cold: Option<super::cold::Cold>,
+    /// The version of the last completed checkpoint.
+    l3_version: i64,
+    /// The L3 expiry sweep running in the background, if any.
+    sweep: Option<tokio::task::JoinHandle<Result<u64>>>,
+}
+
+/// The coordinator's ends of a run's checkpoint channels: barrier
+/// triggers to the source, acknowledgements from every task, and the id of
+/// the newest completed checkpoint to every task.
+pub(crate) struct Channels {
     pub(crate) trigger: mpsc::Sender<Trigger>,
     pub(crate) acks: mpsc::Receiver<Ack>,
     pub(crate) completed: watch::Sender<u64>,
-    /// L3, the job's lineage there and its `keyspace.table`, if the job has L3.
-    pub(crate) cold: Option<crate::pipeline::restore::Cold>,
-    /// The version of the last completed checkpoint.
-    pub(crate) l3_version: i64,
-    /// The L3 expiry sweep running in the background, if any.
-    pub(crate) sweep: Option<tokio::task::JoinHandle<Result<u64>>>,
+}
+
+impl Coordinator {
+    /// Coordinates the run's checkpoints, numbered from `next_id`, into
+    /// `storage`; with L3 (`cold`), whose last completed checkpoint wrote
+    /// at version `l3_version`, it also moves cold keys and sweeps.
+    pub(crate) fn new(
+        storage: CheckpointStorage,
+        settings: Settings,
+        next_id: u64,
+        channels: Channels,
+        cold: Option<super::cold::Cold>,
+        l3_version: i64,
+    ) -> Self {
+        Self {
+            storage,
+            settings,
+            next_id,
+            trigger: channels.trigger,
+            acks: channels.acks,
+            completed: channels.completed,
+            cold,
+            l3_version,
+            sweep: None,
+        }
+    }
 }
 
 /// What the coordinator did, for the run's report.
@@ -273,7 +308,11 @@ impl Coordinator {
             state_bytes: meta.state_bytes,
             new_bytes: meta.new_bytes,
         };
-        crate::metrics::publish_checkpoint(&figures);
+        crate::metrics::publish_checkpoint(
+            figures.duration_ms,
+            figures.state_bytes,
+            figures.new_bytes,
+        );
         Ok(Stats {
             figures,
             is_final: meta.is_final,

@@ -40,8 +40,9 @@
 //! restore refuses another version and any field it does not know, naming
 //! them.
 
+pub(crate) mod cold;
 pub(crate) mod coordinator;
-pub mod lease;
+pub(crate) mod files;
 pub mod remote;
 pub mod storage;
 

@@ -12,6 +12,7 @@
 //! ([`super::remote`]): the object store's `_metadata` is what makes a
 //! checkpoint exist.
 
+use super::files::{objects, sync_dir};
 use super::remote::Remote;
 use super::CheckpointMetadata;
 use crate::dir_lock::{lock_dir, DirLock};
@@ -20,7 +21,6 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use strata_cache::StateError;
 
 /// A checkpoint directory.
 #[derive(Debug, Clone)]
@@ -50,68 +50,12 @@ impl std::fmt::Debug for Fence {
     }
 }
 
-/// Every object checkpoint `meta` lists (private and shared files).
-pub(super) fn objects(meta: &CheckpointMetadata) -> impl Iterator<Item = &str> {
-    meta.operators
-        .iter()
-        .flat_map(|o| o.manifest.files.iter().map(|f| f.object.as_str()))
-}
-
-/// `e` as a [`RuntimeError::CorruptCheckpoint`] of checkpoint `id` when it
-/// is a corrupt file of it, naming the checkpoints among `completed` that
-/// do not list that file (they can be restored instead); other errors as
-/// they are.
-pub(crate) fn blame_corrupt(
-    id: u64,
-    e: RuntimeError,
-    completed: &[CheckpointMetadata],
-) -> RuntimeError {
-    let RuntimeError::State(StateError::CorruptFile {
-        path,
-        object,
-        found,
-    }) = e
-    else {
-        return e;
-    };
-    RuntimeError::CorruptCheckpoint {
-        id,
-        file: path,
-        found,
-        instead: restorable_without(&object, completed),
-    }
-}
-
-/// Which of `completed` do not list `object` and can be restored instead
-/// of those that do, as a sentence.
-pub(crate) fn restorable_without(object: &str, completed: &[CheckpointMetadata]) -> String {
-    let mut free: Vec<u64> = completed
-        .iter()
-        .filter(|m| !objects(m).any(|o| o == object))
-        .map(|m| m.id)
-        .collect();
-    free.sort_unstable();
-    free.dedup();
-    match free.last() {
-        Some(newest) => {
-            let ids: Vec<String> = free.iter().map(u64::to_string).collect();
-            format!(
-                "these checkpoints do not list it and can be restored instead: {} (e.g. --restore {newest})",
-                ids.join(", ")
-            )
-        }
-        None => "no other completed checkpoint is free of it: start without --restore (from the source's beginning, into an empty output)".into(),
-    }
-}
-
 fn read_metadata(path: &Path) -> Result<CheckpointMetadata> {
     let text = fs::read_to_string(path).map_err(RuntimeError::io(path))?;
     CheckpointMetadata::decode(&text)
         .map_err(|reason| RuntimeError::checkpoint(path, format!("unreadable metadata: {reason}")))
 }
 
-/// Makes the directory entries of `dir` durable (after a create, rename or
-/// hard link in it).
 /// Refuses a checkpoint directory that holds files but was not made by
 /// strata — it has neither strata's `_lock` nor a completed checkpoint (a
 /// copy of one may lack the lock): a start sweeps a checkpoint directory
@@ -135,12 +79,6 @@ fn refuse_foreign(root: &Path) -> Result<()> {
         root.display(),
         names[0]
     )))
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(RuntimeError::io(dir))
 }
 
 impl CheckpointStorage {
@@ -178,15 +116,15 @@ impl CheckpointStorage {
     }
 
     /// Takes the lease on the object store's prefix (see
-    /// [`super::lease`]) and makes every commit check it first. Without an
+    /// [`super::remote::Lease`]) and makes every commit check it first. Without an
     /// object store: `None`.
     ///
     /// Errors: another job holds the prefix; a failed request.
-    pub(crate) fn lease(&mut self) -> Result<Option<Arc<super::lease::Lease>>> {
+    pub(crate) fn lease(&mut self) -> Result<Option<Arc<super::remote::Lease>>> {
         let Some(remote) = &self.remote else {
             return Ok(None);
         };
-        let lease = Arc::new(super::lease::Lease::acquire(remote.clone())?);
+        let lease = Arc::new(super::remote::Lease::acquire(remote.clone())?);
         let held = lease.clone();
         self.fence = Some(Fence(Arc::new(move |_| held.verify())));
         Ok(Some(lease))

@@ -22,7 +22,7 @@ use std::time::Duration;
 use strata_connectors::kafka::KafkaSecurity;
 
 /// The environment variable that holds the SASL password.
-pub const KAFKA_PASSWORD_ENV: &str = "STRATA_KAFKA_PASSWORD";
+pub(crate) const KAFKA_PASSWORD_ENV: &str = "STRATA_KAFKA_PASSWORD";
 
 /// The `kafka.*` settings of a job, without the password (read when a
 /// client is opened: [`KafkaSecuritySettings::security`]).

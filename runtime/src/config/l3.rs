@@ -30,7 +30,7 @@ use std::time::Duration;
 use strata_cache::l3::{Consistency, Credentials, L3Config, MigrationTable, TlsFiles};
 
 /// The environment variable that holds the L3 password.
-pub const L3_PASSWORD_ENV: &str = "STRATA_L3_PASSWORD";
+pub(crate) const L3_PASSWORD_ENV: &str = "STRATA_L3_PASSWORD";
 
 /// The L3 settings of a job (without its lineage, which its checkpoints
 /// carry).

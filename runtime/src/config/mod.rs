@@ -111,7 +111,7 @@ pub struct JobConfig {
     /// `source.max-record-bytes`: the longest record of a file input.
     pub max_record_bytes: u64,
     /// How a consumer group's query endpoint finds a key's partition.
-    pub query_partitioner: crate::query::Partitioner,
+    pub query_partitioner: strata_connectors::kafka::Partitioner,
     /// L2 bytes on disk per instance beyond which cold keys move to L3.
     pub l2_capacity: Option<u64>,
     /// The cold tier (off unless contact points are set).
@@ -147,7 +147,7 @@ impl Default for JobConfig {
             bad_input: BadInputPolicy::Fail,
             csv_multiline_fields: false,
             max_record_bytes: strata_connectors::DEFAULT_MAX_RECORD_BYTES,
-            query_partitioner: crate::query::Partitioner::Consistent,
+            query_partitioner: strata_connectors::kafka::Partitioner::Consistent,
             l2_capacity: None,
             l3: L3Settings::default(),
             idle_timeout: None,
@@ -389,8 +389,8 @@ impl JobConfig {
             }
             "query.partitioner" => {
                 self.query_partitioner = match text(key, v)?.trim() {
-                    "consistent" => crate::query::Partitioner::Consistent,
-                    "murmur2" => crate::query::Partitioner::Murmur2,
+                    "consistent" => strata_connectors::kafka::Partitioner::Consistent,
+                    "murmur2" => strata_connectors::kafka::Partitioner::Murmur2,
                     other => {
                         return Err(bad(key, format!("'{other}' is not consistent or murmur2")))
                     }

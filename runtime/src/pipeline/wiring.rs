@@ -5,22 +5,23 @@
 //! the job ends with.
 
 use super::targets::Target;
-use super::{KeyFn, TimestampFn};
 use crate::channel::{edge, InputGate, Message, Output, TaskTimes};
 use crate::checkpoint::coordinator::{Coordinator, Outcome};
-use crate::checkpoint::storage::blame_corrupt;
+use crate::checkpoint::files::blame_corrupt;
 use crate::checkpoint::{Ack, CheckpointMetadata, CheckpointStorage, Trigger};
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
+use crate::function::Keyed;
 use crate::function::KeyedProcessFunction;
+use crate::function::TIMERS_STATE;
+use crate::function::{KeyFn, TimestampFn};
 use crate::progress::{Progress, TaskClock};
 use crate::query::{StateQuery, QUEUE_PER_INSTANCE};
 use crate::task::input::Input;
-use crate::task::keyed::{KeyedTask, TIMERS_STATE};
-use crate::task::sink::OutputSink;
-use crate::task::sink::SinkTask;
-use crate::task::source::SourceTask;
-use crate::task::Keyed;
+use crate::task::keyed::{KeyedEdges, KeyedTask};
+use crate::task::sink::{OutputSink, SinkTask};
+use crate::task::source::{SourceEdges, SourceTask};
+use crate::task::Links;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -114,6 +115,15 @@ impl Wiring {
         slot
     }
 
+    /// What each task shares with the run.
+    fn links(&self) -> Links {
+        Links {
+            acks: self.acks.clone(),
+            completed: self.completed.clone(),
+            progress: self.progress.clone(),
+        }
+    }
+
     fn times(&mut self, name: String) -> Arc<TaskTimes> {
         let times = Arc::new(TaskTimes::default());
         self.clocks.push(TaskClock::new(name, times.clone()));
@@ -144,15 +154,8 @@ impl Wiring {
             let opened: OutputSink = tokio::task::block_in_place(|| {
                 t.output.open_sink(j, restored, &t.staging, &self.config)
             })?;
-            let sink = SinkTask::<O> {
-                index: j,
-                gate: InputGate::new(inputs, times),
-                sink: opened,
-                throttle: throttle.clone(),
-                acks: self.acks.clone(),
-                completed: self.completed.clone(),
-                progress: self.progress.clone(),
-            };
+            let gate = InputGate::new(inputs, times);
+            let sink = SinkTask::<O>::new(j, gate, opened, throttle.clone(), self.links());
             self.tasks.spawn(sink.run());
         }
         Ok(senders)
@@ -187,20 +190,10 @@ impl Wiring {
             uploader.seed(&s.manifest);
         }
         let times = self.times(format!("keyed-{i}"));
-        let keyed = KeyedTask {
-            index: i,
-            key_groups: KeyGroupRange::for_operator(self.config.max_parallelism, parallelism, i),
-            function,
-            timers: KeyedTask::<F>::restore_timers(&store)?,
-            store: store.clone(),
-            gate: InputGate::new(vec![input], times.clone()),
-            out: Output::new(vec![output], times),
+        let edges = KeyedEdges {
+            input: InputGate::new(vec![input], times.clone()),
+            output: Output::new(vec![output], times),
             batch_size: self.config.batch_size,
-            uploader: Arc::new(Mutex::new(uploader)),
-            local_checkpoints: self.work.join(format!("op-{i}-checkpoints")),
-            acks: self.acks.clone(),
-            progress: self.progress.clone(),
-            completed: self.completed.clone(),
             queries: self.query_queues.as_mut().map(|queues| {
                 let (tx, rx) = mpsc::channel(QUEUE_PER_INSTANCE);
                 queues.push(tx);
@@ -208,6 +201,17 @@ impl Wiring {
             }),
             positions: self.restored_positions(),
         };
+        let keyed = KeyedTask::new(
+            (
+                i,
+                KeyGroupRange::for_operator(self.config.max_parallelism, parallelism, i),
+            ),
+            function,
+            store.clone(),
+            edges,
+            (uploader, self.work.join(format!("op-{i}-checkpoints"))),
+            self.links(),
+        )?;
         self.tasks.spawn(keyed.run());
         Ok(store)
     }
@@ -240,28 +244,13 @@ impl Wiring {
             t.dead_letter
                 .open_dead_letter(restored.map(|s| s.dead_letter.clone()), &t.staging, c)
         })?;
-        let max_timestamps =
-            restored.map_or_else(Vec::new, |s| parts.source.restored_max_timestamps(s));
-        let task = SourceTask {
-            source: parts.source,
+        let edges = SourceEdges {
             key_of: parts.key_of,
             timestamp_of: parts.timestamp_of,
-            out: Output::new(parts.to_ops, times),
-            max_parallelism: c.max_parallelism,
-            batch_size: c.batch_size,
-            throttle: c.source_rate.map(Throttle::new),
-            policy: c.bad_input,
-            dead_letter,
-            dead_letters: restored.map_or(0, |s| s.dead_letters),
-            out_of_orderness_ms: c.out_of_orderness_ms,
-            watermark_interval: c.watermark_interval,
-            max_timestamps,
-            idle_timeout: c.idle_timeout,
+            output: Output::new(parts.to_ops, times),
             triggers: parts.triggers,
-            acks: self.acks.clone(),
-            completed: self.completed.clone(),
-            progress: self.progress.clone(),
         };
+        let task = SourceTask::new(parts.source, edges, dead_letter, restored, c, self.links());
         self.tasks.spawn(task.run());
         Ok(())
     }

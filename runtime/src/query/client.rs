@@ -71,11 +71,7 @@ pub fn get(
             sep = '&';
         }
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RuntimeError::Function(format!("start a runtime: {e}")))?;
-    runtime.block_on(async {
+    crate::executor::block_on(async {
         let mut request = reqwest::Client::new()
             .get(&url)
             .timeout(std::time::Duration::from_secs(60));
@@ -99,7 +95,7 @@ pub fn get(
             "--job {job}: {status}: {}",
             body["error"].as_str().unwrap_or("(no reason given)")
         )))
-    })
+    })?
 }
 
 /// An error with its causes, innermost last ("error sending request: …:

@@ -31,15 +31,16 @@ pub mod client;
 pub mod connections;
 mod group;
 mod registry;
+mod request;
 mod server;
 mod spec;
 
 pub(crate) use answer::{AsOf, StateQuery};
-pub use group::Partitioner;
 pub(crate) use group::{advertise, GroupRoute};
 pub use registry::QueryService;
-pub(crate) use registry::ShardQueries;
+pub(crate) use registry::{Registration, ShardQueries};
 pub use spec::{QueryJson, QueryableStates};
+pub use strata_connectors::kafka::Partitioner;
 
 /// Queries waiting for one keyed operator instance, at most: one more is
 /// refused with 503 and `Retry-After` (a bounded queue, never an unbounded

@@ -1,10 +1,10 @@
 //! [`QueryService`]: the process's query endpoint and the shards it can
 //! answer for.
 
-use super::answer::{QueryError, StateQuery};
+use super::answer::StateQuery;
 use super::group::GroupRoute;
+use super::request::QueryError;
 use super::QueryableStates;
-use crate::error::{Result, RuntimeError};
 use crate::progress::Progress;
 use crate::sync::lock;
 use std::collections::BTreeMap;
@@ -55,9 +55,9 @@ impl ShardQueries {
     }
 }
 
-/// A job's query endpoint (`--query-addr`): serves HTTP/1.1 with JSON on
-/// its own single-threaded tokio runtime (so that connections never take
-/// a worker thread from the job's tasks), and answers for the pipelines
+/// A job's query endpoint (`--query-addr`): serves HTTP/1.1 with JSON as
+/// tasks of the process's runtime (`crate::executor`; a connection holds
+/// no worker while it waits), and answers for the pipelines
 /// registered with it: the job's, or in a consumer group every shard this
 /// process runs, forwarding the others to their owners (see
 /// [`super::server`] for the routes).
@@ -71,65 +71,24 @@ pub struct QueryService {
 }
 
 impl QueryService {
-    /// Binds `addr` and starts serving queries on the states `spec`
-    /// declares for job `job`. A `token` is required of every request
-    /// (`Authorization: Bearer <token>`); binding an address other than
-    /// loopback without one is refused.
-    ///
-    /// Errors: [`RuntimeError::Usage`] for a non-loopback address without a
-    /// token or an address that cannot be bound.
-    pub fn start(
-        addr: SocketAddr,
-        token: Option<String>,
+    /// A service for job `job`'s states `spec`, answering at `addr` (as
+    /// other members of a consumer group reach it), with no pipeline
+    /// registered yet.
+    pub(super) fn new(
         job: &str,
         spec: QueryableStates,
-    ) -> Result<Arc<Self>> {
-        Self::start_in(addr, token, job, spec, None)
-    }
-
-    pub(crate) fn start_in(
-        addr: SocketAddr,
         token: Option<String>,
-        job: &str,
-        spec: QueryableStates,
+        addr: SocketAddr,
         group: Option<GroupRoute>,
-    ) -> Result<Arc<Self>> {
-        if !addr.ip().is_loopback() && token.is_none() {
-            return Err(RuntimeError::Usage(format!(
-                "--query-addr {addr} serves other machines: set STRATA_QUERY_TOKEN (the token every request must bring) or bind 127.0.0.1"
-            )));
-        }
-        crate::metrics::warn_if_exposed(
-            "--query-addr",
-            addr,
-            "the job's state (to requests that bring STRATA_QUERY_TOKEN)",
-        );
-        let listener = super::connections::bind(addr).map_err(|e| {
-            RuntimeError::Usage(format!("--query-addr: cannot serve queries on {addr}: {e}"))
-        })?;
-        let bound = listener
-            .local_addr()
-            .map_err(RuntimeError::io(std::path::Path::new("query socket")))?;
-        // Other members reach it here (answers name it in `answered_by`).
-        let advertised = group.as_ref().map_or(bound, |g| g.advertised(bound));
-        let service = Arc::new(Self {
+    ) -> Self {
+        Self {
             job: job.to_owned(),
             spec,
             token,
-            addr: advertised,
+            addr,
             group,
             shards: Mutex::new(BTreeMap::new()),
-        });
-        super::server::spawn(service.clone(), listener)?;
-        let seen_as = if advertised == bound {
-            String::new()
-        } else {
-            format!(", advertised to the group as {advertised}")
-        };
-        eprintln!(
-            "strata: serving queries on http://{bound}{seen_as} (GET /state/<state>/<key…>, /jobs/current)"
-        );
-        Ok(service)
+        }
     }
 
     /// The address it serves on (the port chosen when given port 0; in a

@@ -19,8 +19,12 @@
 //! key's partition is moving, the job is not running), 504 (no answer in
 //! 30 s), 500 (a read failed).
 
-use super::answer::{Params, QueryError, StateQuery};
+use super::answer::StateQuery;
+use super::group::GroupRoute;
 use super::registry::{QueryService, ShardQueries};
+use super::request::{Params, QueryError};
+use super::QueryableStates;
+use crate::error::{Result, RuntimeError};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -28,13 +32,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a query waits for its instance's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `service` on `listener` from a thread of its own.
+/// Serves `service` on `listener` as a task of the process's runtime.
 pub(super) fn spawn(
     service: Arc<QueryService>,
     listener: std::net::TcpListener,
@@ -42,28 +47,75 @@ pub(super) fn spawn(
     use crate::error::RuntimeError;
     let io = |e: std::io::Error| RuntimeError::Usage(format!("--query-addr: {e}"));
     listener.set_nonblocking(true).map_err(io)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(io)?;
     let app = Router::new()
         .route("/state/{*rest}", get(state))
         .route("/jobs/current", get(current))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(service);
-    std::thread::Builder::new()
-        .name("strata-query".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                match tokio::net::TcpListener::from_std(listener) {
-                    Ok(listener) => super::connections::serve(listener, app).await,
-                    Err(e) => eprintln!("strata: the query endpoint could not start: {e}"),
-                }
-            })
-        })
-        .map_err(io)?;
+    crate::executor::handle()?.spawn(async move {
+        match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => super::connections::serve(listener, app).await,
+            Err(e) => eprintln!("strata: the query endpoint could not start: {e}"),
+        }
+    });
     Ok(())
+}
+
+impl QueryService {
+    /// Binds `addr` and starts serving queries on the states `spec`
+    /// declares for job `job`. A `token` is required of every request
+    /// (`Authorization: Bearer <token>`); binding an address other than
+    /// loopback without one is refused.
+    ///
+    /// Errors: [`RuntimeError::Usage`] for a non-loopback address without a
+    /// token or an address that cannot be bound.
+    pub fn start(
+        addr: SocketAddr,
+        token: Option<String>,
+        job: &str,
+        spec: QueryableStates,
+    ) -> Result<Arc<Self>> {
+        Self::start_in(addr, token, job, spec, None)
+    }
+
+    pub(crate) fn start_in(
+        addr: SocketAddr,
+        token: Option<String>,
+        job: &str,
+        spec: QueryableStates,
+        group: Option<GroupRoute>,
+    ) -> Result<Arc<Self>> {
+        if !addr.ip().is_loopback() && token.is_none() {
+            return Err(RuntimeError::Usage(format!(
+                "--query-addr {addr} serves other machines: set STRATA_QUERY_TOKEN (the token every request must bring) or bind 127.0.0.1"
+            )));
+        }
+        crate::metrics::warn_if_exposed(
+            "--query-addr",
+            addr,
+            "the job's state (to requests that bring STRATA_QUERY_TOKEN)",
+        );
+        let listener = super::connections::bind(addr).map_err(|e| {
+            RuntimeError::Usage(format!("--query-addr: cannot serve queries on {addr}: {e}"))
+        })?;
+        let bound = listener
+            .local_addr()
+            .map_err(RuntimeError::io(std::path::Path::new("query socket")))?;
+        // Other members reach it here (answers name it in `answered_by`).
+        let advertised = group.as_ref().map_or(bound, |g| g.advertised(bound));
+        let service = Arc::new(Self::new(job, spec, token, advertised, group));
+        spawn(service.clone(), listener)?;
+        let seen_as = if advertised == bound {
+            String::new()
+        } else {
+            format!(", advertised to the group as {advertised}")
+        };
+        eprintln!(
+            "strata: serving queries on http://{bound}{seen_as} (GET /state/<state>/<key…>, /jobs/current)"
+        );
+        Ok(service)
+    }
 }
 
 fn error(e: QueryError) -> Response {
@@ -278,7 +330,7 @@ async fn answer(
                         "partition {p} is not (or no longer) run here: it is moving, retry"
                     )))
                 }
-                None => return group.forward(service, p, uri, headers).await,
+                None => return group.forward(service.addr, p, uri, headers).await,
             }
         }
     };

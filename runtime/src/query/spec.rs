@@ -1,6 +1,6 @@
 //! How a job's keys are given and its states print: [`QueryableStates`].
 
-use super::answer::{Params, QueryError};
+use super::request::{Params, QueryError};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -40,7 +40,7 @@ serde_query_json!(
 );
 
 /// Turns a key given field by field into the stored key bytes.
-pub type KeyOfFields = fn(&[String]) -> crate::Result<Vec<u8>>;
+pub(crate) type KeyOfFields = fn(&[String]) -> crate::Result<Vec<u8>>;
 
 /// Reads one kind of state for a query.
 pub(crate) trait StateReader: Send + Sync {

@@ -8,7 +8,7 @@
 //! a hard link to (or a copy of) a file of checkpoint storage. This says
 //! which one, which checkpoints list it, and which can be restored instead.
 
-use crate::checkpoint::storage::restorable_without;
+use crate::checkpoint::files::restorable_without;
 use crate::checkpoint::CheckpointStorage;
 use crate::error::RuntimeError;
 use strata_cache::snapshot::IncrementalUploader;

@@ -7,8 +7,8 @@
 
 use crate::checkpoint::{PartitionSnapshot, SourceSnapshot};
 use crate::error::Result;
-use crate::group::ShardControl;
-use crate::pipeline::{GenerateFn, ParseFn};
+use crate::function::{GenerateFn, ParseFn};
+use crate::shard::ShardControl;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;

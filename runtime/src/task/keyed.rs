@@ -13,11 +13,11 @@
 //! blocking pool; if it fails, the task declines that checkpoint to the
 //! coordinator at once and goes on.
 
-use super::Keyed;
+use super::Links;
 use crate::channel::{Event, InputGate, Message, Output};
 use crate::checkpoint::{Ack, OperatorSnapshot, TaskSnapshot};
 use crate::error::{Result, RuntimeError};
-use crate::function::{Context, KeyedProcessFunction, Timers};
+use crate::function::{Context, Keyed, KeyedProcessFunction, Timers, TIMERS_STATE};
 use crate::progress::Progress;
 use crate::query::{AsOf, StateQuery, QUEUE_PER_INSTANCE};
 use std::path::PathBuf;
@@ -29,30 +29,41 @@ use strata_cache::{StateStore, ValueState};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-/// The reserved state that holds an instance's timers: per key, its timer
-/// times (so each lives in its key's key group).
-pub(crate) const TIMERS_STATE: &str = "__timers";
-
-pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
-    pub(crate) index: u32,
-    pub(crate) key_groups: KeyGroupRange,
-    pub(crate) function: F,
-    pub(crate) store: StateStore,
-    pub(crate) timers: Timers,
-    pub(crate) gate: InputGate<Keyed<F::In>>,
-    pub(crate) out: Output<Keyed<F::Out>>,
+/// A keyed operator instance's edges: the records it reads and those it
+/// emits (in batches of `batch_size`), and, with a query service, the
+/// queries for its keys.
+pub(crate) struct KeyedEdges<I, O> {
+    pub(crate) input: InputGate<Keyed<I>>,
+    pub(crate) output: Output<Keyed<O>>,
     pub(crate) batch_size: usize,
-    pub(crate) uploader: Arc<Mutex<IncrementalUploader>>,
-    pub(crate) local_checkpoints: PathBuf,
-    pub(crate) acks: mpsc::Sender<Ack>,
-    pub(crate) progress: Arc<Progress>,
+    pub(crate) queries: Option<mpsc::Receiver<StateQuery>>,
+    /// Per source split, the position the restored checkpoint read to
+    /// (where a query's answer stands before the first record).
+    pub(crate) positions: Vec<u64>,
+}
+
+/// Keyed operator instance `index`: runs the job's function on the
+/// records of its key groups, with their state in its store.
+pub(crate) struct KeyedTask<F: KeyedProcessFunction> {
+    index: u32,
+    key_groups: KeyGroupRange,
+    function: F,
+    store: StateStore,
+    timers: Timers,
+    gate: InputGate<Keyed<F::In>>,
+    out: Output<Keyed<F::Out>>,
+    batch_size: usize,
+    uploader: Arc<Mutex<IncrementalUploader>>,
+    local_checkpoints: PathBuf,
+    acks: mpsc::Sender<Ack>,
+    progress: Arc<Progress>,
     /// The id of the newest completed checkpoint (the restored one at start).
-    pub(crate) completed: watch::Receiver<u64>,
+    completed: watch::Receiver<u64>,
     /// Queries for this instance's keys (with `--query-addr`), answered
     /// between record batches.
-    pub(crate) queries: Option<mpsc::Receiver<StateQuery>>,
+    queries: Option<mpsc::Receiver<StateQuery>>,
     /// Per source split, the position after the last record processed.
-    pub(crate) positions: Vec<u64>,
+    positions: Vec<u64>,
 }
 
 fn failed(e: crate::function::FunctionError) -> RuntimeError {
@@ -60,8 +71,41 @@ fn failed(e: crate::function::FunctionError) -> RuntimeError {
 }
 
 impl<F: KeyedProcessFunction> KeyedTask<F> {
+    /// Instance `index` of key groups `key_groups`, running `function`
+    /// on `store` (its timers restored from it), with `edges`; its
+    /// snapshots upload through `uploader`, their RocksDB checkpoints
+    /// made in `local_checkpoints` first.
+    ///
+    /// Errors: the store's timers cannot be read.
+    pub(crate) fn new(
+        (index, key_groups): (u32, KeyGroupRange),
+        function: F,
+        store: StateStore,
+        edges: KeyedEdges<F::In, F::Out>,
+        (uploader, local_checkpoints): (IncrementalUploader, PathBuf),
+        links: Links,
+    ) -> Result<Self> {
+        Ok(Self {
+            index,
+            key_groups,
+            function,
+            timers: Self::restore_timers(&store)?,
+            store,
+            gate: edges.input,
+            out: edges.output,
+            batch_size: edges.batch_size,
+            uploader: Arc::new(Mutex::new(uploader)),
+            local_checkpoints,
+            acks: links.acks,
+            progress: links.progress,
+            completed: links.completed,
+            queries: edges.queries,
+            positions: edges.positions,
+        })
+    }
+
     /// Reads the timers a restored store holds.
-    pub(crate) fn restore_timers(store: &StateStore) -> Result<Timers> {
+    fn restore_timers(store: &StateStore) -> Result<Timers> {
         let mut timers = Timers::default();
         for (key, times) in Self::timers_state(store)?.local_entries()? {
             timers.restore(key, times);
@@ -343,7 +387,7 @@ impl<F: KeyedProcessFunction> KeyedTask<F> {
         id: u64,
         local: &std::path::Path,
     ) -> Result<strata_cache::PendingCheckpoint> {
-        slow_disk_delay();
+        crate::fault::slow_disk_delay();
         let timers = Self::timers_state(&self.store)?;
         for (key, times) in self.timers.take_changed() {
             if times.is_empty() {
@@ -366,22 +410,5 @@ async fn next_query(queries: &mut Option<mpsc::Receiver<StateQuery>>) -> Option<
     match queries {
         Some(q) => q.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-/// A test hook standing in for a slow disk: with
-/// `STRATA_SLOW_CHECKPOINT_MS=<n>` in the environment, the synchronous part
-/// of every keyed checkpoint takes `n` ms longer (a blocking sleep, as a
-/// slow fsync would block). Unset, it costs one check of a cached value.
-fn slow_disk_delay() {
-    static DELAY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let delay = DELAY.get_or_init(|| {
-        std::env::var("STRATA_SLOW_CHECKPOINT_MS")
-            .ok()?
-            .parse()
-            .ok()
-    });
-    if let Some(ms) = delay {
-        std::thread::sleep(std::time::Duration::from_millis(*ms));
     }
 }

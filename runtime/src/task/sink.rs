@@ -5,10 +5,11 @@
 //! in `block_in_place`; a failed pre-commit fails the job naming the
 //! checkpoint (what reached the file is uncertain after a failed fsync).
 
-use super::Keyed;
+use super::Links;
 use crate::channel::{Event, InputGate};
 use crate::checkpoint::{Ack, TaskSnapshot};
 use crate::error::{Result, RuntimeError};
+use crate::function::Keyed;
 use crate::progress::Progress;
 use serde::Serialize;
 use std::sync::atomic::Ordering;
@@ -17,17 +18,38 @@ use strata_connectors::kafka::{KafkaSink, OutRecord};
 use strata_connectors::{FileSink, SinkState, Throttle};
 use tokio::sync::{mpsc, watch};
 
+/// Sink instance `index`: writes what its input gate delivers.
 pub(crate) struct SinkTask<O> {
-    pub(crate) index: u32,
-    pub(crate) gate: InputGate<Keyed<O>>,
-    pub(crate) sink: OutputSink,
-    pub(crate) throttle: Option<Throttle>,
-    pub(crate) acks: mpsc::Sender<Ack>,
-    pub(crate) completed: watch::Receiver<u64>,
-    pub(crate) progress: Arc<Progress>,
+    index: u32,
+    gate: InputGate<Keyed<O>>,
+    sink: OutputSink,
+    throttle: Option<Throttle>,
+    acks: mpsc::Sender<Ack>,
+    completed: watch::Receiver<u64>,
+    progress: Arc<Progress>,
 }
 
 impl<O: Serialize + Send + 'static> SinkTask<O> {
+    /// Sink instance `index`, writing what `gate` delivers into `sink`
+    /// (at most as fast as `throttle` lets it).
+    pub(crate) fn new(
+        index: u32,
+        gate: InputGate<Keyed<O>>,
+        sink: OutputSink,
+        throttle: Option<Throttle>,
+        links: Links,
+    ) -> Self {
+        Self {
+            index,
+            gate,
+            sink,
+            throttle,
+            acks: links.acks,
+            completed: links.completed,
+            progress: links.progress,
+        }
+    }
+
     pub(crate) async fn run(mut self) -> Result<()> {
         let mut line = Vec::with_capacity(256);
         let mut last_barrier = 0;

@@ -23,12 +23,13 @@
 //! failed final checkpoint is triggered again); only then does it end the
 //! stream.
 
-use super::Keyed;
+use super::Links;
 use crate::channel::{Message, Output};
+use crate::checkpoint::SourceSnapshot;
 use crate::checkpoint::{Ack, TaskSnapshot, Trigger};
-use crate::config::BadInputPolicy;
+use crate::config::{BadInputPolicy, JobConfig};
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::{KeyFn, TimestampFn};
+use crate::function::{KeyFn, Keyed, SourcePos, TimestampFn};
 use crate::progress::Progress;
 use crate::task::dead_letter::DeadLetter;
 use crate::task::input::{Cursor, Input, ReadRecord};
@@ -40,28 +41,40 @@ use strata_connectors::{check_timestamp, format_timestamp, RecordError, Throttle
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-pub(crate) struct SourceTask<I> {
-    pub(crate) source: Input<I>,
+/// Where a source sends its records: the job's key and timestamp
+/// functions, the edges to the keyed instances, and the coordinator's
+/// barrier triggers it takes.
+pub(crate) struct SourceEdges<I> {
     pub(crate) key_of: KeyFn<I>,
     pub(crate) timestamp_of: TimestampFn<I>,
-    pub(crate) out: Output<Keyed<I>>,
-    pub(crate) max_parallelism: u32,
-    pub(crate) batch_size: usize,
-    pub(crate) throttle: Option<Throttle>,
-    pub(crate) policy: BadInputPolicy,
-    pub(crate) dead_letter: DeadLetter,
-    pub(crate) dead_letters: u64,
-    pub(crate) out_of_orderness_ms: i64,
-    pub(crate) watermark_interval: std::time::Duration,
+    pub(crate) output: Output<Keyed<I>>,
+    pub(crate) triggers: mpsc::Receiver<Trigger>,
+}
+
+/// The source task: reads, keys, routes by key group, emits watermarks
+/// and barriers.
+pub(crate) struct SourceTask<I> {
+    source: Input<I>,
+    key_of: KeyFn<I>,
+    timestamp_of: TimestampFn<I>,
+    out: Output<Keyed<I>>,
+    max_parallelism: u32,
+    batch_size: usize,
+    throttle: Option<Throttle>,
+    policy: BadInputPolicy,
+    dead_letter: DeadLetter,
+    dead_letters: u64,
+    out_of_orderness_ms: i64,
+    watermark_interval: std::time::Duration,
     /// Per split, the newest timestamp read before this run (from the
     /// checkpoint).
-    pub(crate) max_timestamps: Vec<i64>,
+    max_timestamps: Vec<i64>,
     /// A split without a record this long does not hold the watermark back.
-    pub(crate) idle_timeout: Option<std::time::Duration>,
-    pub(crate) triggers: mpsc::Receiver<Trigger>,
-    pub(crate) acks: mpsc::Sender<Ack>,
-    pub(crate) completed: watch::Receiver<u64>,
-    pub(crate) progress: Arc<Progress>,
+    idle_timeout: Option<std::time::Duration>,
+    triggers: mpsc::Receiver<Trigger>,
+    acks: mpsc::Sender<Ack>,
+    completed: watch::Receiver<u64>,
+    progress: Arc<Progress>,
 }
 
 struct Routing<I> {
@@ -76,6 +89,41 @@ struct Routing<I> {
 }
 
 impl<I: Send + 'static> SourceTask<I> {
+    /// Reads `source` into `edges` as `config` says (batch size, rate,
+    /// bad input policy, watermarks), with its bad records going to
+    /// `dead_letter`; a restored run continues the counts and timestamps
+    /// of `restored`.
+    pub(crate) fn new(
+        source: Input<I>,
+        edges: SourceEdges<I>,
+        dead_letter: DeadLetter,
+        restored: Option<&SourceSnapshot>,
+        config: &JobConfig,
+        links: Links,
+    ) -> Self {
+        let max_timestamps = restored.map_or_else(Vec::new, |s| source.restored_max_timestamps(s));
+        Self {
+            source,
+            key_of: edges.key_of,
+            timestamp_of: edges.timestamp_of,
+            out: edges.output,
+            max_parallelism: config.max_parallelism,
+            batch_size: config.batch_size,
+            throttle: config.source_rate.map(Throttle::new),
+            policy: config.bad_input,
+            dead_letter,
+            dead_letters: restored.map_or(0, |s| s.dead_letters),
+            out_of_orderness_ms: config.out_of_orderness_ms,
+            watermark_interval: config.watermark_interval,
+            max_timestamps,
+            idle_timeout: config.idle_timeout,
+            triggers: edges.triggers,
+            acks: links.acks,
+            completed: links.completed,
+            progress: links.progress,
+        }
+    }
+
     pub(crate) async fn run(mut self) -> Result<()> {
         let n = self.out.len();
         let splits = self.source.splits();
@@ -237,7 +285,7 @@ impl<I: Send + 'static> SourceTask<I> {
             key,
             hash,
             ts,
-            pos: super::SourcePos {
+            pos: SourcePos {
                 split: split as u32,
                 next: at.next_position(),
             },

@@ -1,4 +1,9 @@
-//! Keys made of several fields.
+//! # strata-key: keys made of several fields
+//!
+//! The key encoding strata's state store, its connectors and its jobs
+//! share, in a crate of its own so that each uses it without the others
+//! (the state store pulls in RocksDB; a Kafka connector has no need of it).
+//! `strata_cache::composite_key` re-exports it.
 //!
 //! A job keyed by a tuple of fields (a route is `(origin, destination)`)
 //! must not join them with a separator: `("A-B", "C")` and `("A", "B-C")`
@@ -8,7 +13,7 @@
 //! fields back (for tools that show a key, such as `strata state get`).
 //!
 //! ```
-//! use strata_cache::composite_key::{decode, encode};
+//! use strata_key::{decode, encode};
 //! let a = encode(&[b"A-B", b"C"]);
 //! let b = encode(&[b"A", b"B-C"]);
 //! assert_ne!(a, b);

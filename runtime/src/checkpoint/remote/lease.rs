@@ -27,8 +27,10 @@
 //! (see `crate::group`). Like Flink's, the lease is no substitute for
 //! giving each job its own prefix.
 
-use super::remote::Remote;
+use super::names::OWNER;
+use super::{io, Remote};
 use crate::error::{Result, RuntimeError};
+use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -295,5 +297,33 @@ impl Drop for Lease {
                 }
             });
         });
+    }
+}
+
+impl Remote {
+    /// The lease object's content, if there is one .
+    pub(crate) fn read_owner(&self) -> Result<Option<Vec<u8>>> {
+        let got = io()?.block_on(async { self.store.get(&self.path(OWNER)).await?.bytes().await });
+        match got {
+            Ok(body) => Ok(Some(body.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(format_args!("reading {OWNER}"), e)),
+        }
+    }
+
+    /// Writes the lease object.
+    pub(crate) fn put_owner(&self, body: &[u8]) -> Result<()> {
+        io()?
+            .block_on(
+                self.store
+                    .put(&self.path(OWNER), PutPayload::from(body.to_vec())),
+            )
+            .map(|_| ())
+            .map_err(|e| self.error(format_args!("writing {OWNER}"), e))
+    }
+
+    /// Deletes the lease object.
+    pub(crate) fn delete_owner(&self) -> Result<()> {
+        self.delete(vec![OWNER.to_owned()])
     }
 }

@@ -12,8 +12,8 @@
 //! a quote never closed (it runs to the end of the file) is a bad record.
 //! Line ends may be LF, CRLF or CR.
 
+use super::rows::{corrupt, missing, too_long, typed_row, RowReader, RowResult};
 use crate::error::{RecordError, Result};
-use crate::file_source::{corrupt, missing, too_long, typed_row, RowReader, RowResult};
 use crate::row::{parse_text, Schema};
 use crate::{ConnectorError, Position, SourceOptions};
 use std::fs::File;

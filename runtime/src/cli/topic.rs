@@ -2,7 +2,7 @@
 //! `strata_connectors::kafka::{load_topic, read_topic}`), with a progress
 //! bar on a terminal.
 
-use crate::cli::ConfigArgs;
+use super::args::ConfigArgs;
 use crate::error::{Result, RuntimeError};
 use std::path::PathBuf;
 use strata_connectors::kafka::{load_topic, read_topic, LoadOptions, ReadOptions};

@@ -4,16 +4,17 @@
 //! job with the shard's own checkpoint location, `transactional.id` and
 //! share of the memory budgets.
 
-use super::{GroupReport, GroupSettings, RunShard, Shard};
+use super::args::RunArgs;
 use crate::checkpoint::remote;
-use crate::cli::RunArgs;
 use crate::config::JobConfig;
 use crate::error::{Result, RuntimeError};
 use crate::function::KeyedProcessFunction;
+use crate::group::{GroupReport, GroupSettings, RunShard};
 use crate::job_spec::{JobSpec, PipelineRun};
 use crate::pipeline::{JobReport, Pipeline, RestoreFrom};
 use crate::query::{advertise, GroupRoute, QueryService};
-use std::path::{Path, PathBuf};
+use crate::shard::Shard;
+use std::path::PathBuf;
 use std::sync::Arc;
 use strata_connectors::kafka::{GroupOptions, KafkaEndpoint};
 
@@ -31,7 +32,7 @@ pub(crate) fn group_of(input: &std::ffi::OsStr) -> Result<Option<String>> {
 ///
 /// Errors: a command line a group cannot run (a directory output, no
 /// checkpoint location, `--restore`, several topics); then as
-/// [`super::run`].
+/// [`crate::group::run`].
 pub(crate) fn run<J: JobSpec>(job: J, group: String, args: RunArgs) -> Result<GroupReport> {
     let config = JobConfig::load(args.config.as_deref(), &args.overrides)?;
     let input = args.input.to_string_lossy().into_owned();
@@ -115,7 +116,7 @@ pub(crate) fn run<J: JobSpec>(job: J, group: String, args: RunArgs) -> Result<Gr
         queries,
     };
     let run_shard: RunShard = Arc::new(move |shard| template.run(shard));
-    super::run(&settings, run_shard)
+    crate::group::run(&settings, run_shard)
 }
 
 /// The configuration every shard runs with: one keyed instance and one
@@ -201,22 +202,8 @@ impl PipelineRun for ShardRun {
 }
 
 /// Serves Prometheus metrics for the whole process (its shards' and the
-/// group's), on a runtime of its own.
+/// group's), on the process's runtime.
 fn serve_metrics(addr: std::net::SocketAddr) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(RuntimeError::io(Path::new("tokio runtime")))?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let _ = tx.send(crate::metrics::serve(addr));
-                std::future::pending::<()>().await
-            })
-        })
-        .map_err(|e| RuntimeError::Function(format!("start the metrics thread: {e}")))?;
-    rx.recv()
-        .map_err(|_| RuntimeError::Function("the metrics thread ended".into()))?
+    let _entered = crate::executor::handle()?.enter();
+    crate::metrics::serve(addr)
 }
