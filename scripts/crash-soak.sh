@@ -20,5 +20,6 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$STRATA_ROOT"
-cargo build --release --workspace --bins
+# The crash points (STRATA_CRASH_AT) are test hooks: built in here only.
+cargo build --release --workspace --bins --features strata-runtime/fault-injection
 exec "$CARGO_TARGET_DIR/release/crash-soak" "$@"

@@ -9,7 +9,6 @@ use crate::hash::KeyBytes;
 use crate::stats::TierCounters;
 use crate::sync::lock;
 use crate::tiers::{Hot, Tiers};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Picked keys are moved this many at a time (written to L3, then removed
 /// from L2), so that the L3 requests in flight stay small in memory.
@@ -79,9 +78,9 @@ fn move_chunk(
             bytes,
         })
         .collect();
-    crash_point("before-l3-write");
+    crate::fault::crash_point("before-l3-write");
     cold.write(&writes, pending.checkpoint_id)?;
-    crash_point("before-l2-delete");
+    crate::fault::crash_point("before-l2-delete");
     // L3 changed: what was read ahead from it may be stale.
     lock(&tiers.prefetched).clear();
     forget_moved(tiers, &moves)?;
@@ -92,27 +91,6 @@ fn move_chunk(
         unexpired.iter().map(|b| b.len() as u64).sum(),
     );
     Ok(moves.len())
-}
-
-/// A crash-test hook: with `STRATA_CRASH_AT=<point>:<n>` in the
-/// environment, the process aborts (as a SIGKILL would stop it) the n-th
-/// time it reaches `<point>` — `before-l3-write` (a checkpoint completed,
-/// its picked keys are not in L3 yet) or `before-l2-delete` (they are in L3
-/// and still in L2). Unset, it costs one check of a cached value.
-fn crash_point(point: &str) {
-    static AT: std::sync::OnceLock<Option<(String, u64)>> = std::sync::OnceLock::new();
-    static HITS: AtomicU64 = AtomicU64::new(0);
-    let at = AT.get_or_init(|| {
-        let v = std::env::var("STRATA_CRASH_AT").ok()?;
-        let (p, n) = v.rsplit_once(':')?;
-        Some((p.to_owned(), n.parse().ok()?))
-    });
-    if let Some((p, n)) = at {
-        if p == point && HITS.fetch_add(1, Ordering::Relaxed) + 1 == *n {
-            eprintln!("strata: STRATA_CRASH_AT={point}:{n} reached: aborting");
-            std::process::abort();
-        }
-    }
 }
 
 /// The bytes to write to L3 for an entry: list elements written at or
