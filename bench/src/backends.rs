@@ -19,10 +19,10 @@ use strata_cache::l3::CassandraTier;
 use strata_cache::{ListState, StateDescriptor, StateStore, TierStats, Ttl, ValueState};
 
 /// Errors of a backend, as text (a benchmark run stops at the first).
-pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Keeps the workload's per-user state.
-pub trait Backend: Send {
+pub(crate) trait Backend: Send {
     /// Applies one event of `user`.
     fn apply(&mut self, user: u64, event: Event) -> Result<(), BenchError>;
     /// Reads ahead what applying events of `users` will need from a cold
@@ -65,7 +65,7 @@ pub trait Backend: Send {
 
 /// Memory settings shared by the tiered modes.
 #[derive(Debug, Clone, Copy)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// L1 bytes per worker.
     pub l1_bytes: u64,
     /// RocksDB block cache + memtables per worker.
@@ -75,7 +75,7 @@ pub struct Budget {
 }
 
 /// Events the `naive` form keeps per user.
-pub const KEEP_NAIVE: usize = 100;
+pub(crate) const KEEP_NAIVE: usize = 100;
 
 /// The history state of the update form: a list appended to, or the
 /// naive form's whole list as one value.
@@ -86,14 +86,14 @@ enum History {
 
 /// The workload's per-user state in a strata store: the history, as the
 /// update form keeps it, and the count. `embedded` and `pipeline` share it.
-pub struct UserState {
+pub(crate) struct UserState {
     history: History,
     count: ValueState<u64>,
 }
 
 impl UserState {
     /// The states the form uses (only those: read-ahead asks L3 for each).
-    pub fn descriptors(w: &Workload) -> Vec<StateDescriptor> {
+    pub(crate) fn descriptors(w: &Workload) -> Vec<StateDescriptor> {
         let ttl = Ttl::event_time(Duration::from_millis(w.history_days * DAY_MS as u64));
         let history = match w.form {
             Form::ListAdd => StateDescriptor::list("history"),
@@ -103,7 +103,7 @@ impl UserState {
     }
 
     /// The handles of a store declared with [`UserState::descriptors`].
-    pub fn open(store: &StateStore, form: Form) -> Result<Self, BenchError> {
+    pub(crate) fn open(store: &StateStore, form: Form) -> Result<Self, BenchError> {
         Ok(Self {
             history: match form {
                 Form::ListAdd => History::Add(store.list_state("history")?),
@@ -114,7 +114,7 @@ impl UserState {
     }
 
     /// Applies one event of the user keyed `key`.
-    pub fn apply(&self, key: &[u8], event: Event) -> Result<(), BenchError> {
+    pub(crate) fn apply(&self, key: &[u8], event: Event) -> Result<(), BenchError> {
         match &self.history {
             History::Add(list) => list.add(key, event)?,
             History::Naive(recent) => recent.modify(key, |events| {
@@ -129,12 +129,12 @@ impl UserState {
     }
 
     /// The user's count.
-    pub fn count(&self, key: &[u8]) -> Result<u64, BenchError> {
+    pub(crate) fn count(&self, key: &[u8]) -> Result<u64, BenchError> {
         Ok(self.count.get(key)?.unwrap_or(0))
     }
 
     /// The user's history, oldest first.
-    pub fn history(&self, key: &[u8]) -> Result<Vec<Event>, BenchError> {
+    pub(crate) fn history(&self, key: &[u8]) -> Result<Vec<Event>, BenchError> {
         Ok(match &self.history {
             History::Add(list) => list.get(key)?.iter().cloned().collect(),
             History::Naive(recent) => recent.get(key)?.unwrap_or_default(),
@@ -143,7 +143,7 @@ impl UserState {
 }
 
 /// strata's tiered store.
-pub struct Embedded {
+pub(crate) struct Embedded {
     store: StateStore,
     state: UserState,
     seen: u64,
@@ -159,7 +159,7 @@ impl Embedded {
     /// `dir/checkpoints`) with the workload's states, checkpointing every
     /// `w.checkpoint_every` events; with `cold`, also an L3 and an L2
     /// capacity (each completed checkpoint moves cold keys to L3).
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         w: &Workload,
         budget: Budget,
@@ -253,7 +253,7 @@ impl Backend for Embedded {
 /// options of strata's L2 (see [`strata_cache::l2_table_options`]), and
 /// L1's memory added to the block cache, so it has the memory strata has.
 /// Its lists are not trimmed by TTL (strata's are), which spares it work.
-pub struct RocksDbRaw {
+pub(crate) struct RocksDbRaw {
     db: rocksdb::DB,
     /// The options it was opened with (they hold its statistics).
     opts: rocksdb::Options,
@@ -273,7 +273,7 @@ fn concat(_: &[u8], existing: Option<&[u8]>, ops: &rocksdb::MergeOperands) -> Op
 
 impl RocksDbRaw {
     /// A database in `dir` with strata's L2 options and memory.
-    pub fn open(dir: &Path, w: &Workload, budget: Budget) -> Result<Self, BenchError> {
+    pub(crate) fn open(dir: &Path, w: &Workload, budget: Budget) -> Result<Self, BenchError> {
         let l2 = strata_cache::L2Budget::new(budget.l2_bytes + budget.l1_bytes as usize);
         let cf = |name: &str| {
             let mut opts = strata_cache::l2_cf_options(&l2);
@@ -397,7 +397,7 @@ impl Backend for RocksDbRaw {
 
 /// A plain hash map: no tiers, no serialisation; history trimmed by the
 /// same event-time TTL.
-pub struct Memory {
+pub(crate) struct Memory {
     users: HashMap<u64, (VecDeque<Event>, u64)>,
     form: Form,
     ttl_ms: i64,
@@ -405,7 +405,7 @@ pub struct Memory {
 
 impl Memory {
     /// An empty map for `w`'s form.
-    pub fn new(w: &Workload) -> Self {
+    pub(crate) fn new(w: &Workload) -> Self {
         Self {
             users: HashMap::new(),
             form: w.form,
@@ -418,7 +418,7 @@ impl Memory {
 impl Memory {
     /// Changes a user's history behind the backend's back (to test the
     /// verification).
-    pub fn tamper(&mut self, user: u64, f: impl FnOnce(&mut VecDeque<Event>)) {
+    pub(crate) fn tamper(&mut self, user: u64, f: impl FnOnce(&mut VecDeque<Event>)) {
         if let Some((history, _)) = self.users.get_mut(&user) {
             f(history);
         }

@@ -19,7 +19,7 @@ use strata_cache::l3::{CassandraTier, L3Config};
 
 /// Where Cassandra is and which keyspace a run uses.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// `host:port`.
     pub contact_point: String,
     /// A keyspace of this run alone.
@@ -30,7 +30,7 @@ pub struct Target {
 
 impl Target {
     /// The keyspace of invocation `run_id` on node `contact_point`.
-    pub fn for_run(contact_point: &str, run_id: i64) -> Self {
+    pub(crate) fn for_run(contact_point: &str, run_id: i64) -> Self {
         Self {
             contact_point: contact_point.to_owned(),
             keyspace: format!("strata_bench_{run_id}"),
@@ -56,12 +56,12 @@ impl Target {
     }
 
     /// Whether the node answers (checked before any mode runs).
-    pub fn check(&self) -> Result<(), BenchError> {
+    pub(crate) fn check(&self) -> Result<(), BenchError> {
         self.connect().map(|_| ())
     }
 
     /// Drops the run's keyspace (its tables and data), if it exists.
-    pub fn drop_keyspace(&self) -> Result<(), BenchError> {
+    pub(crate) fn drop_keyspace(&self) -> Result<(), BenchError> {
         let (rt, session) = self.connect()?;
         let cql = format!("DROP KEYSPACE IF EXISTS {}", self.keyspace);
         rt.block_on(session.query_unpaged(cql, ()))?;
@@ -70,7 +70,7 @@ impl Target {
 }
 
 /// The cold tier of one worker of the `l3` mode.
-pub fn cold_tier(t: &Target, worker: u32) -> Result<Arc<CassandraTier>, BenchError> {
+pub(crate) fn cold_tier(t: &Target, worker: u32) -> Result<Arc<CassandraTier>, BenchError> {
     // The same in the run and in its restore, which goes on with the job.
     let lineage = t.run_id ^ i64::from(worker);
     let mut c = L3Config::new(vec![t.contact_point.clone()], lineage);
@@ -82,7 +82,7 @@ pub fn cold_tier(t: &Target, worker: u32) -> Result<Arc<CassandraTier>, BenchErr
 }
 
 /// Read-modify-write of Cassandra on every event.
-pub struct PerRecord {
+pub(crate) struct PerRecord {
     rt: tokio::runtime::Runtime,
     session: Session,
     read: PreparedStatement,
@@ -105,7 +105,7 @@ fn ddl(ks: &str) -> [String; 3] {
 
 impl PerRecord {
     /// Connects and creates the baseline's tables.
-    pub fn open(t: &Target, w: &Workload) -> Result<Self, BenchError> {
+    pub(crate) fn open(t: &Target, w: &Workload) -> Result<Self, BenchError> {
         let (rt, session) = t.connect()?;
         let ks = &t.keyspace;
         let stmts = rt.block_on(async {

@@ -19,7 +19,7 @@ use strata_cache::StateStore;
 
 /// What `latest.json` records of a worker's latest checkpoint.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Latest {
+pub(crate) struct Latest {
     /// Checkpoint id.
     pub id: u64,
     /// Events the worker had applied when it was taken.
@@ -34,7 +34,7 @@ pub struct Latest {
 
 /// Checkpoint figures of a mode (all workers together).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CheckpointFigures {
+pub(crate) struct CheckpointFigures {
     /// Checkpoints taken, per worker summed.
     pub count: u64,
     /// Mean duration (L1 flush + L2 snapshot + upload), milliseconds.
@@ -59,7 +59,7 @@ pub struct CheckpointFigures {
 
 impl CheckpointFigures {
     /// Adds another worker's figures.
-    pub fn merge(&mut self, o: &CheckpointFigures) {
+    pub(crate) fn merge(&mut self, o: &CheckpointFigures) {
         let count = self.count + o.count;
         let mean =
             |a: f64, b: f64| (a * self.count as f64 + b * o.count as f64) / count.max(1) as f64;
@@ -73,7 +73,7 @@ impl CheckpointFigures {
 }
 
 /// One worker's checkpoints.
-pub struct Checkpointing {
+pub(crate) struct Checkpointing {
     root: PathBuf,
     /// When the store was opened: checkpoint windows count from it.
     opened: Instant,
@@ -92,7 +92,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
 impl Checkpointing {
     /// Checkpoint storage in `root` (created); with `cold`, each checkpoint
     /// records the version of its L3 writes, as the runtime's metadata does.
-    pub fn new(root: PathBuf, cold: Option<Arc<CassandraTier>>) -> Result<Self, BenchError> {
+    pub(crate) fn new(root: PathBuf, cold: Option<Arc<CassandraTier>>) -> Result<Self, BenchError> {
         std::fs::create_dir_all(&root).map_err(io(&root))?;
         Ok(Self {
             uploader: IncrementalUploader::new(&root, "bench"),
@@ -107,7 +107,7 @@ impl Checkpointing {
 
     /// Takes checkpoint `id + 1` of `store`, `events` applied so far, and
     /// tells the store it completed.
-    pub fn take(&mut self, store: &StateStore, events: u64) -> Result<(), BenchError> {
+    pub(crate) fn take(&mut self, store: &StateStore, events: u64) -> Result<(), BenchError> {
         let started = Instant::now();
         self.id += 1;
         let local = self.root.join("local");
@@ -166,19 +166,19 @@ impl Checkpointing {
     }
 
     /// Events the last checkpoint holds, if one was taken.
-    pub fn events(&self) -> Option<u64> {
+    pub(crate) fn events(&self) -> Option<u64> {
         self.last_events
     }
 
     /// The figures so far.
-    pub fn figures(&self) -> CheckpointFigures {
+    pub(crate) fn figures(&self) -> CheckpointFigures {
         self.figures.clone()
     }
 }
 
 /// Lays out the latest checkpoint in storage `root` as an L2 directory at
 /// `target`; returns what `latest.json` records.
-pub fn restore(root: &Path, target: &Path) -> Result<Latest, BenchError> {
+pub(crate) fn restore(root: &Path, target: &Path) -> Result<Latest, BenchError> {
     let path = root.join("latest.json");
     let latest: Latest = serde_json::from_slice(&std::fs::read(&path).map_err(io(&path))?)?;
     snapshot::restore(root, &latest.manifest, target)?;

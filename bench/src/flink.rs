@@ -33,7 +33,7 @@ use std::process::Command;
 /// time: the binary may have been built in another clone.
 ///
 /// Errors: no such directory holds a `run.sh`.
-pub fn peer_dir(given: Option<&Path>) -> Result<PathBuf, BenchError> {
+pub(crate) fn peer_dir(given: Option<&Path>) -> Result<PathBuf, BenchError> {
     let has_script = |d: &Path| d.join("run.sh").is_file();
     if let Some(d) = given {
         return if has_script(d) {
@@ -59,7 +59,7 @@ pub fn peer_dir(given: Option<&Path>) -> Result<PathBuf, BenchError> {
 
 /// How the peer's RocksDB is configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tuning {
+pub(crate) enum Tuning {
     /// Flink's defaults (mode `flink`).
     Defaults,
     /// The options strata's L2 and `rocksdb-raw` use that do not depend on
@@ -69,7 +69,7 @@ pub enum Tuning {
 
 impl Tuning {
     /// The tuning of a Flink mode; `None` for strata's modes.
-    pub fn of(mode: crate::runner::Mode) -> Option<Self> {
+    pub(crate) fn of(mode: crate::runner::Mode) -> Option<Self> {
         match mode {
             crate::runner::Mode::Flink => Some(Tuning::Defaults),
             crate::runner::Mode::FlinkTuned => Some(Tuning::Mirrored),
@@ -96,7 +96,7 @@ impl Tuning {
 }
 
 /// Why the peer cannot run this workload, if it cannot.
-pub fn unavailable(w: &Workload) -> Option<String> {
+pub(crate) fn unavailable(w: &Workload) -> Option<String> {
     if let Err(e) = java_17() {
         return Some(format!("no Java 17 to run Flink with: {e}"));
     }
@@ -140,7 +140,7 @@ fn java_17() -> Result<(), BenchError> {
 /// reads its figures.
 ///
 /// Errors: the peer's run failing or printing no result.
-pub fn run(
+pub(crate) fn run(
     w: &Workload,
     out: &Path,
     peer: &Path,

@@ -32,14 +32,14 @@ const PROGRESS_EVERY: u64 = 64;
 /// `g % threads`'s event number `g / threads`. Workers' events are made by
 /// their own random streams in order, so the sequence is read in order; an
 /// index before a worker's stream position (a restore) starts it again.
-pub struct Interleaved {
+pub(crate) struct Interleaved {
     w: Workload,
     streams: Vec<(Events, u64)>,
 }
 
 impl Interleaved {
     /// The sequence of workload `w`.
-    pub fn new(w: &Workload) -> Self {
+    pub(crate) fn new(w: &Workload) -> Self {
         Self {
             w: w.clone(),
             streams: (0..w.threads).map(|t| (w.events(t), 0)).collect(),
@@ -47,7 +47,7 @@ impl Interleaved {
     }
 
     /// Event `g`: (user id, event). `None` past the last.
-    pub fn event(&mut self, g: u64) -> Option<(u64, Event)> {
+    pub(crate) fn event(&mut self, g: u64) -> Option<(u64, Event)> {
         let threads = u64::from(self.w.threads);
         let (t, k) = ((g % threads) as usize, g / threads);
         let (events, next) = &mut self.streams[t];
@@ -127,7 +127,7 @@ fn checkpoints(dir: &Path) -> std::path::PathBuf {
 /// Runs the workload through the runtime with state under `dir`; returns
 /// the report and one verifying backend per worker (each reads the whole
 /// restored final checkpoint, see [`Restored`]).
-pub fn run(
+pub(crate) fn run(
     dir: &Path,
     w: &Workload,
     budget: Budget,
@@ -234,7 +234,7 @@ fn figures(
 
 /// Restores the final checkpoint of the run under `dir` (every instance's
 /// store, into `dir/restored`) and returns one reading backend per worker.
-pub fn open(dir: &Path, w: &Workload) -> Result<Vec<Box<dyn Backend>>, BenchError> {
+pub(crate) fn open(dir: &Path, w: &Workload) -> Result<Vec<Box<dyn Backend>>, BenchError> {
     let restored = dir.join("restored");
     if restored.exists() {
         std::fs::remove_dir_all(&restored)?;
@@ -282,7 +282,7 @@ impl Backend for Restored {
 
 /// After SIGKILL: restores the killed run's final checkpoint in this new
 /// process, calls `ready`, and verifies it whole.
-pub fn recover(
+pub(crate) fn recover(
     dir: &Path,
     w: &Workload,
     ready: impl FnOnce(),

@@ -41,7 +41,7 @@ const FONTS: [&str; 3] = [
 const SIZE: (u32, u32) = (1000, 600);
 
 /// Registers the font the plots' text uses (once per process).
-pub fn register_font() -> Result<(), BenchError> {
+pub(crate) fn register_font() -> Result<(), BenchError> {
     let path = std::env::var("STRATA_BENCH_FONT")
         .ok()
         .or_else(|| FONTS.iter().find(|p| Path::new(p).exists()).map(|p| p.to_string()))
@@ -108,7 +108,7 @@ impl Series {
 }
 
 /// A plot written: its file name in the report directory and its title.
-pub struct Plot {
+pub(crate) struct Plot {
     /// File name.
     pub file: &'static str,
     /// What it shows.
@@ -117,7 +117,7 @@ pub struct Plot {
 
 /// Draws the plots of `modes` into `out` (those with data), each titled
 /// with `workload` (one line: what ran, with which budgets); returns them.
-pub fn draw(
+pub(crate) fn draw(
     out: &Path,
     modes: &BTreeMap<&str, &ModeReport>,
     workload: &str,

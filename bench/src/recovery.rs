@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// A restore after SIGKILL (tiered modes).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Recovery {
+pub(crate) struct Recovery {
     /// From the SIGKILL to every worker's state restored from its last
     /// checkpoint and open again (process start included), milliseconds.
     pub restore_ms: f64,
@@ -30,7 +30,7 @@ pub struct Recovery {
 
 /// Keeps applying the workload's events again (without checkpoints) to the
 /// workers' backends until the process is killed: the work a crash loses.
-pub fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchError> {
+pub(crate) fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchError> {
     std::thread::scope(|s| {
         for (t, mut backend) in backends.into_iter().enumerate() {
             s.spawn(move || -> Result<(), BenchError> {
@@ -50,7 +50,7 @@ pub fn tail(backends: Vec<Box<dyn Backend>>, w: &Workload) -> Result<(), BenchEr
 
 /// Waits until the process is killed (a `pipeline` run: the runtime ended
 /// with its final checkpoint, so there is no work after it to lose).
-pub fn idle() -> Result<(), BenchError> {
+pub(crate) fn idle() -> Result<(), BenchError> {
     loop {
         crate::runner::check_parent()?;
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -63,7 +63,7 @@ type Restored = (Box<dyn Backend>, u64);
 /// Restores every worker of a killed `mode` run under `dir` from its last
 /// checkpoint, calls `ready` once all are open, then verifies that the
 /// restored per-user counts add up to the events the checkpoints hold.
-pub fn recover(
+pub(crate) fn recover(
     mode: Mode,
     dir: &Path,
     w: &Workload,

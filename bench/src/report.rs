@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What one invocation runs.
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     /// Modes, in order.
     pub modes: &'a [Mode],
     /// The report directory.
@@ -55,7 +55,7 @@ struct Entry {
 }
 
 /// The mode's name on the command line.
-pub fn mode_name(mode: Mode) -> String {
+pub(crate) fn mode_name(mode: Mode) -> String {
     serde_json::to_value(mode)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -182,7 +182,7 @@ fn run_mode(
 
 /// Runs the plan's modes (each in a child process given `args`) and writes
 /// the report into its `out`.
-pub fn run_all(plan: &Plan<'_>, args: Vec<String>) -> Result<(), BenchError> {
+pub(crate) fn run_all(plan: &Plan<'_>, args: Vec<String>) -> Result<(), BenchError> {
     let _lock = prepare(plan)?;
     let run_id = crate::runner::now_micros();
     let results = run_modes(plan, &args, run_id);

@@ -19,7 +19,7 @@ use strata_cache::TierStats;
 /// The modes this harness can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// strata's runtime: a generator source, key-by, the update form as a
     /// keyed process function, a discarding sink (see [`crate::pipeline`]).
     Pipeline,
@@ -47,19 +47,19 @@ pub enum Mode {
 
 impl Mode {
     /// Whether the mode checkpoints (and so can be restored after a crash).
-    pub fn is_tiered(self) -> bool {
+    pub(crate) fn is_tiered(self) -> bool {
         matches!(self, Mode::Pipeline | Mode::Embedded | Mode::L3)
     }
 
     /// Whether the mode needs Cassandra.
-    pub fn needs_cassandra(self) -> bool {
+    pub(crate) fn needs_cassandra(self) -> bool {
         matches!(self, Mode::L3 | Mode::CassandraPerRecord)
     }
 }
 
 /// Per-event latency percentiles, microseconds (NaN: not measured).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Median.
     #[serde(deserialize_with = "nan_if_null")]
     pub p50: f64,
@@ -73,7 +73,7 @@ pub struct Latency {
 
 impl Latency {
     /// Not measured (the `pipeline` mode times events per run, not each).
-    pub fn unmeasured() -> Self {
+    pub(crate) fn unmeasured() -> Self {
         Self {
             p50: f64::NAN,
             p99: f64::NAN,
@@ -89,7 +89,7 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 
 /// One mode's figures.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ModeReport {
+pub(crate) struct ModeReport {
     /// Events applied.
     pub events: u64,
     /// Events per second (all workers) from the start until the last worker
@@ -175,13 +175,13 @@ fn open(
 static PARENT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// Notes this process's parent (in a child running a mode).
-pub fn watch_parent() {
+pub(crate) fn watch_parent() {
     PARENT.get_or_init(std::os::unix::process::parent_id);
 }
 
 /// An error once the parent that started this child is gone: nobody would
 /// read the child's report, and its work would go on for nothing.
-pub fn check_parent() -> Result<(), BenchError> {
+pub(crate) fn check_parent() -> Result<(), BenchError> {
     match PARENT.get() {
         Some(&p) if p != std::os::unix::process::parent_id() => {
             Err("the parent strata-bench process is gone: stopping".into())
@@ -191,7 +191,7 @@ pub fn check_parent() -> Result<(), BenchError> {
 }
 
 /// Microseconds since the Unix epoch.
-pub fn now_micros() -> i64 {
+pub(crate) fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
@@ -199,7 +199,7 @@ pub fn now_micros() -> i64 {
 
 /// A worker's finished run; its backend stays open (see
 /// [`crate::recovery::tail`]).
-pub struct Worker {
+pub(crate) struct Worker {
     histogram: Histogram<u64>,
     /// From the start to the last event applied and the last checkpoint.
     elapsed: Duration,
@@ -222,12 +222,12 @@ const PROGRESS_EVERY: u64 = 64;
 const TIERS_EVERY: u64 = 1024;
 
 /// Where worker `thread` of a run under `dir` keeps its state.
-pub fn worker_dir(dir: &Path, thread: u32) -> std::path::PathBuf {
+pub(crate) fn worker_dir(dir: &Path, thread: u32) -> std::path::PathBuf {
     dir.join(format!("worker-{thread}"))
 }
 
 /// What opening a worker's backend takes.
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// The mode.
     pub mode: Mode,
     /// The run's state directory.
@@ -242,7 +242,7 @@ pub struct Context<'a> {
 
 impl Context<'_> {
     /// Opens worker `thread`'s backend.
-    pub fn open(&self, thread: u32) -> Result<Box<dyn Backend>, BenchError> {
+    pub(crate) fn open(&self, thread: u32) -> Result<Box<dyn Backend>, BenchError> {
         let dir = worker_dir(self.dir, thread);
         open(self.mode, &dir, self.w, self.budget, self.target, thread)
     }
@@ -250,7 +250,7 @@ impl Context<'_> {
 
 /// Verifies every worker's backend (one thread each) holding `events[t]`
 /// of its events; the outcomes summed.
-pub fn verify_all(
+pub(crate) fn verify_all(
     backends: &mut [Box<dyn Backend>],
     w: &Workload,
     events: &[u64],
@@ -389,7 +389,7 @@ impl ProgressLog {
 
 /// Runs `mode` with one thread per worker, state under `dir`; returns the
 /// report and the workers' open backends.
-pub fn run(
+pub(crate) fn run(
     mode: Mode,
     dir: &Path,
     w: &Workload,
@@ -507,7 +507,7 @@ fn latency_cdf(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 }
 
 /// Every worker's outcome, a panic as an error.
-pub fn join_all<T>(
+pub(crate) fn join_all<T>(
     handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, BenchError>>>,
 ) -> Vec<Result<T, BenchError>> {
     handles

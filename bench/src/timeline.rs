@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// Progress and tier sizes at one moment of a run (all workers).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Seconds since the run started.
     pub secs: f64,
     /// Events applied so far.
@@ -26,7 +26,7 @@ pub struct Sample {
 
 /// What a worker publishes for the sampler.
 #[derive(Default)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     /// Events applied so far.
     pub events: AtomicU64,
     l1_bytes: AtomicU64,
@@ -36,7 +36,7 @@ pub struct Gauges {
 
 impl Gauges {
     /// Publishes a worker's events applied and, if it has tiers, their sizes.
-    pub fn publish(&self, applied: u64, backend: &dyn Backend) {
+    pub(crate) fn publish(&self, applied: u64, backend: &dyn Backend) {
         self.events.store(applied, Ordering::Relaxed);
         if let Some(t) = backend.tiers() {
             self.l1_bytes.store(t.l1_bytes, Ordering::Relaxed);
@@ -46,7 +46,7 @@ impl Gauges {
     }
 
     /// The sum over all workers, now.
-    pub fn sample(all: &[Gauges], secs: f64) -> Sample {
+    pub(crate) fn sample(all: &[Gauges], secs: f64) -> Sample {
         let sum =
             |f: fn(&Gauges) -> &AtomicU64| all.iter().map(|g| f(g).load(Ordering::Relaxed)).sum();
         Sample {
@@ -62,7 +62,7 @@ impl Gauges {
 
 /// Takes a sample about once a second until `done`, showing each to
 /// `on_sample`.
-pub fn sample_until(
+pub(crate) fn sample_until(
     done: &AtomicBool,
     gauges: &[Gauges],
     started: Instant,
@@ -85,7 +85,7 @@ pub fn sample_until(
 
 /// A memory figure of this process from `/proc/self/status` (`VmHWM`:
 /// peak resident set, `VmRSS`: resident set now), bytes.
-pub fn memory(field: &str) -> u64 {
+pub(crate) fn memory(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -101,7 +101,7 @@ pub fn memory(field: &str) -> u64 {
 /// mean rate of the one-second samples that overlap a window divided by
 /// the mean rate of the others, the first and last second left out (the
 /// start and the end of the input). `None` without samples of both kinds.
-pub fn rate_ratio(samples: &[Sample], windows: &[(f64, f64)]) -> Option<f64> {
+pub(crate) fn rate_ratio(samples: &[Sample], windows: &[(f64, f64)]) -> Option<f64> {
     let rates: Vec<(f64, f64, f64)> = samples
         .windows(2)
         .map(|w| {

@@ -19,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 
 /// The outcome of checking one or more workers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Verification {
+pub(crate) struct Verification {
     /// Events applied (the sum the counts should make).
     pub events: u64,
     /// The sum of the users' counts read back.
@@ -35,12 +35,12 @@ pub struct Verification {
 
 impl Verification {
     /// Whether nothing differed and the counts add up to the events.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.mismatch.is_none() && self.counted == self.events
     }
 
     /// Adds another worker's outcome.
-    pub fn merge(&mut self, o: Verification) {
+    pub(crate) fn merge(&mut self, o: Verification) {
         self.events += o.events;
         self.counted += o.counted;
         self.users += o.users;
@@ -101,7 +101,7 @@ fn in_key_order(users: impl Iterator<Item = u64>) -> Vec<u64> {
 }
 
 /// Checks worker `thread`'s `backend` holding `events` of its events.
-pub fn check(
+pub(crate) fn check(
     backend: &mut dyn Backend,
     w: &Workload,
     thread: u32,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// How state is updated per event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Form {
+pub(crate) enum Form {
     /// `ListState::add(event)` plus a `ValueState<u64>` count (recommended).
     ListAdd,
     /// Read-modify-write of the whole list (`list = get(user); list.push(e);
@@ -34,7 +34,7 @@ impl std::fmt::Display for Form {
 
 /// One event as stored in a user's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
+pub(crate) struct Event {
     /// Event time, ms since the epoch.
     pub ts: i64,
     /// Opaque payload.
@@ -43,7 +43,7 @@ pub struct Event {
 
 /// The workload's shape.
 #[derive(Debug, Clone, Serialize)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// Distinct user ids.
     pub users: u64,
     /// Events in all.
@@ -66,11 +66,11 @@ pub struct Workload {
 }
 
 /// Milliseconds in a day.
-pub const DAY_MS: i64 = 86_400_000;
+pub(crate) const DAY_MS: i64 = 86_400_000;
 const EPOCH_2026: i64 = 1_767_225_600_000;
 
 /// The events of worker `thread`: (user id, event) pairs.
-pub struct Events {
+pub(crate) struct Events {
     rng: StdRng,
     zipf: Option<Zipf<f64>>,
     thread: u64,
@@ -84,7 +84,7 @@ pub struct Events {
 
 impl Workload {
     /// The events worker `thread` processes.
-    pub fn events(&self, thread: u32) -> Events {
+    pub(crate) fn events(&self, thread: u32) -> Events {
         let threads = u64::from(self.threads);
         let users_here =
             (self.users / threads + u64::from(u64::from(thread) < self.users % threads)).max(1);
@@ -106,14 +106,14 @@ impl Workload {
     }
 
     /// How many events worker `thread` processes.
-    pub fn events_of(&self, thread: u32) -> u64 {
+    pub(crate) fn events_of(&self, thread: u32) -> u64 {
         let threads = u64::from(self.threads);
         self.events / threads + u64::from(u64::from(thread) < self.events % threads)
     }
 
     /// The newest event time of all workers (`None` without events):
     /// worker 0's last, as it has the most events.
-    pub fn last_event_time(&self) -> Option<i64> {
+    pub(crate) fn last_event_time(&self) -> Option<i64> {
         let first = self.events(0);
         first.count.checked_sub(1).map(|n| first.time_of(n))
     }
@@ -126,7 +126,7 @@ impl Events {
     }
 
     /// The users this worker owns (for verification).
-    pub fn users(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn users(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.users_here).map(|i| i * self.threads + self.thread)
     }
 }

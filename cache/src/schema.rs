@@ -154,7 +154,7 @@ mod tests {
     mod added {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
-        pub struct V1 {
+        pub(crate) struct V1 {
             date: i64,
             delay: i64,
             note: Option<String>,
@@ -163,7 +163,7 @@ mod tests {
     mod swapped {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
-        pub struct V1 {
+        pub(crate) struct V1 {
             delay: i64,
             date: i64,
         }
@@ -171,7 +171,7 @@ mod tests {
     mod unsigned {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
-        pub struct V1 {
+        pub(crate) struct V1 {
             date: u64,
             delay: i64,
         }
@@ -179,7 +179,7 @@ mod tests {
     mod required {
         #[derive(serde::Deserialize)]
         #[allow(dead_code)]
-        pub struct V1 {
+        pub(crate) struct V1 {
             date: i64,
             delay: i64,
             note: String,

@@ -7,7 +7,7 @@ use strata_cache::{StateDescriptor, StateStore};
 
 mod v1 {
     #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-    pub struct Flight {
+    pub(crate) struct Flight {
         pub date: i64,
         pub delay: i64,
     }
@@ -15,7 +15,7 @@ mod v1 {
 mod v2 {
     /// v1 plus an optional field at the end: migrated.
     #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-    pub struct Flight {
+    pub(crate) struct Flight {
         pub date: i64,
         pub delay: i64,
         pub gate: Option<String>,
@@ -23,14 +23,14 @@ mod v2 {
 }
 mod swapped {
     #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-    pub struct Flight {
+    pub(crate) struct Flight {
         pub delay: i64,
         pub date: i64,
     }
 }
 mod unsigned {
     #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-    pub struct Flight {
+    pub(crate) struct Flight {
         pub date: u64,
         pub delay: i64,
     }

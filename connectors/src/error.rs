@@ -19,49 +19,76 @@ pub enum ConnectorError {
     /// A column the job needs is absent.
     #[error("{path}: missing column '{column}' (the file has: {found})")]
     MissingColumn {
+        /// The input file.
         path: PathBuf,
+        /// The column the job reads.
         column: String,
+        /// The columns the file has.
         found: String,
     },
     /// A column has a type the job cannot read.
     #[error("{path}: column '{column}' has type {found}, expected {expected}")]
     WrongType {
+        /// The input file.
         path: PathBuf,
+        /// The column.
         column: String,
+        /// The type the job reads it as.
         expected: &'static str,
+        /// The type the file has.
         found: String,
     },
     /// The file is not readable as its format (truncated, corrupt).
     #[error("{path}: not a readable {format} file: {reason}")]
     Corrupt {
+        /// The file.
         path: PathBuf,
+        /// The format it was read as (Parquet, CSV, JSON lines).
         format: &'static str,
+        /// What the reader found.
         reason: String,
     },
     /// The reader stopped before the end of the file: what it read differs
     /// from what the file holds (records would be lost without a word).
     #[error("{path}: reading ended after record {last_record} having read {read} of the {holds} {unit} the file holds")]
     Incomplete {
+        /// The input file.
         path: PathBuf,
+        /// What the reader read, in `unit`.
         read: u64,
+        /// What the file holds, in `unit`.
         holds: u64,
+        /// Rows (a Parquet footer counts them) or bytes.
         unit: &'static str,
+        /// The number of the last record read.
         last_record: u64,
     },
     /// A Kafka client call failed (`what` says which, on which topic).
     #[error("kafka: {what}: {reason}")]
-    Kafka { what: String, reason: String },
+    Kafka {
+        /// The call and its topic.
+        what: String,
+        /// The client's error.
+        reason: String,
+    },
     /// A transactional producer was fenced: a newer instance of its
     /// `transactional.id` (another process that took over) started.
     #[error("kafka: {what}: {reason}")]
-    KafkaFenced { what: String, reason: String },
+    KafkaFenced {
+        /// The call and its topic.
+        what: String,
+        /// The client's error, and what fenced the producer.
+        reason: String,
+    },
     /// A `kafka://` address or a Kafka setting is not usable.
     #[error("{0}")]
     KafkaUsage(String),
     /// A file system error.
     #[error("{path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
 }

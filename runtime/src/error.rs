@@ -9,7 +9,12 @@ use std::path::PathBuf;
 pub enum RuntimeError {
     /// An invalid configuration value, named by its key.
     #[error("config key '{key}': {reason}")]
-    Config { key: String, reason: String },
+    Config {
+        /// The configuration key, e.g. `checkpoint.interval`.
+        key: String,
+        /// What is wrong with its value, and the allowed range.
+        reason: String,
+    },
     /// A source or sink failed as a whole.
     #[error("{0}")]
     Connector(#[from] strata_connectors::ConnectorError),
@@ -24,13 +29,21 @@ pub enum RuntimeError {
     Function(String),
     /// Checkpoint storage is missing, unreadable or inconsistent.
     #[error("checkpoint storage {path}: {reason}")]
-    Checkpoint { path: PathBuf, reason: String },
+    Checkpoint {
+        /// The checkpoint directory, file or object store URL.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A file of checkpoint `id` does not hold what the checkpoint recorded
     /// (its size or xxh3 checksum): the checkpoint cannot be restored.
     #[error("checkpoint {id} cannot be restored: its file {file} is corrupt ({found}); {instead}")]
     CorruptCheckpoint {
+        /// The checkpoint.
         id: u64,
+        /// The corrupt file.
         file: PathBuf,
+        /// What was found instead, and what was recorded.
         found: String,
         /// Which checkpoints can be restored instead, if any.
         instead: String,
@@ -39,21 +52,29 @@ pub enum RuntimeError {
     /// checkpoints list (see `task::corruption`).
     #[error("{cause}; that file is the checkpoint file {file}, listed by checkpoint(s) {listed_by}, which cannot be restored; {instead}")]
     CorruptWhileRunning {
+        /// RocksDB's error.
         cause: String,
+        /// The checkpoint file the corrupt block came from.
         file: PathBuf,
+        /// The checkpoints that list that file.
         listed_by: String,
+        /// Which checkpoints can be restored instead, if any.
         instead: String,
     },
     /// A file system error outside the connectors and the store.
     #[error("{path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The process was asked to stop (SIGINT, SIGTERM).
     #[error("interrupted by {signal}: {}; continue with --restore latest", committed(*checkpoint))]
     Interrupted {
+        /// `SIGINT` or `SIGTERM`.
         signal: &'static str,
+        /// The last completed checkpoint (0: none), which the committed output reaches.
         checkpoint: u64,
     },
     /// Wrong use of the CLI or the library (names what to change).
@@ -64,15 +85,21 @@ pub enum RuntimeError {
     /// the OS error where there is one.
     #[error("checkpoint {id} failed in {task}: {reason}")]
     CheckpointFailed {
+        /// The checkpoint.
         id: u64,
+        /// The task whose step failed.
         task: String,
+        /// Why, naming the file and the OS error where there is one.
         reason: String,
     },
     /// More consecutive checkpoints failed than `checkpoint.tolerable-failures`.
     #[error("{failures} checkpoint(s) failed in a row (checkpoint.tolerable-failures = {tolerable}); the last: {last}")]
     TooManyCheckpointFailures {
+        /// Checkpoints that failed in a row.
         failures: u32,
+        /// `checkpoint.tolerable-failures`.
         tolerable: u32,
+        /// The last failure's cause.
         last: Box<RuntimeError>,
     },
     /// A task stopped because a neighbour's channel closed. Never the root
@@ -84,10 +111,18 @@ pub enum RuntimeError {
     /// another process now: this one stops it without committing (a
     /// zombie is fenced).
     #[error("shard {partition} was given to another process: {reason}")]
-    ShardLost { partition: i32, reason: String },
+    ShardLost {
+        /// The shard's input partition.
+        partition: i32,
+        /// How this process learnt it.
+        reason: String,
+    },
     /// A process of a consumer group was asked to stop (SIGINT, SIGTERM).
     #[error("interrupted by {signal}: left the consumer group; its shards continue from their last checkpoints in the processes the group gives them to")]
-    Left { signal: &'static str },
+    Left {
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
+    },
 }
 
 /// What an interrupted run has committed.

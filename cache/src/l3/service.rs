@@ -40,7 +40,7 @@ impl CqlRequest {
 
 /// Figures of the L3 client since it connected.
 #[derive(Debug, Default)]
-pub struct L3Counters {
+pub(crate) struct L3Counters {
     pub(crate) reads: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) retries: AtomicU64,

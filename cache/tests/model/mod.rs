@@ -7,7 +7,7 @@ use strata_cache::{ListState, MapState, StateStore, ValueState};
 
 /// One random operation; `Flush` and `Checkpoint` are the caller's to run.
 #[derive(Debug, Clone)]
-pub enum Op {
+pub(crate) enum Op {
     Update(u8, u64),
     /// `ValueState::modify`: adds to the value (wrapping), 0 when absent.
     Modify(u8, u64),
@@ -25,7 +25,7 @@ pub enum Op {
 }
 
 /// Keys 0..12; flushes now and then.
-pub fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let key = 0u8..12;
     prop_oneof![
         4 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Update(k, v)),
@@ -43,21 +43,21 @@ pub fn op() -> impl Strategy<Value = Op> {
 
 /// What the store should hold.
 #[derive(Default, Clone)]
-pub struct Model {
+pub(crate) struct Model {
     values: HashMap<u8, u64>,
     lists: HashMap<u8, Vec<u32>>,
     maps: HashMap<u8, HashMap<u8, u32>>,
 }
 
 /// The store's `count`, `events` and `attrs` states.
-pub struct Handles {
+pub(crate) struct Handles {
     count: ValueState<u64>,
     events: ListState<u32>,
     attrs: MapState<u8, u32>,
 }
 
 impl Handles {
-    pub fn of(s: &StateStore) -> Self {
+    pub(crate) fn of(s: &StateStore) -> Self {
         Self {
             count: s.value_state("count").unwrap(),
             events: s.list_state("events").unwrap(),
@@ -66,7 +66,7 @@ impl Handles {
     }
 
     /// Applies a state operation to the store and the model.
-    pub fn apply(&self, op: &Op, m: &mut Model) {
+    pub(crate) fn apply(&self, op: &Op, m: &mut Model) {
         match *op {
             Op::Update(k, v) => {
                 self.count.update(&[k], v).unwrap();
@@ -109,7 +109,7 @@ impl Handles {
     }
 
     /// Every key of every state reads as the model says.
-    pub fn check(&self, m: &Model) -> Result<(), TestCaseError> {
+    pub(crate) fn check(&self, m: &Model) -> Result<(), TestCaseError> {
         // A query's reads first (they must not change what the reads
         // after them see), then the job's.
         for k in 0u8..12 {
@@ -167,7 +167,7 @@ impl Handles {
 
 /// A store builder in `dir` with the model's three states (a value, a list
 /// and a map) and an L1 of `l1_bytes`.
-pub fn builder(dir: &std::path::Path, l1_bytes: u64) -> strata_cache::StoreBuilder {
+pub(crate) fn builder(dir: &std::path::Path, l1_bytes: u64) -> strata_cache::StoreBuilder {
     strata_cache::StateStore::builder(dir)
         .l1_capacity(l1_bytes)
         .l2_memory(16 << 20)
@@ -177,7 +177,7 @@ pub fn builder(dir: &std::path::Path, l1_bytes: u64) -> strata_cache::StoreBuild
 }
 
 /// Copies the files of the checkpoint `from` into a new directory `to`.
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+pub(crate) fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
