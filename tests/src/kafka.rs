@@ -108,6 +108,7 @@ pub fn read_route_history(topic: &str) -> Vec<Line> {
 pub struct RawProducer(ThreadedProducer<DefaultProducerContext>);
 
 impl RawProducer {
+    /// A producer to the test broker ([`brokers`]).
     pub fn new() -> Self {
         let p = ClientConfig::new()
             .set("bootstrap.servers", brokers())
@@ -142,6 +143,7 @@ impl RawProducer {
         }
     }
 
+    /// Waits until every message sent so far is delivered.
     pub fn flush(&self) {
         self.0.flush(Duration::from_secs(30)).expect("flush");
     }
