@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test command: builds strata once (release), starts the single-node
+# The test command: checks what reviewers check (scripts/check.sh: fmt,
+# module cycles, clippy), builds strata once (release, with the test hooks
+# of the `fault-injection` feature), starts the single-node
 # Cassandra the L3 tests need (scripts/cassandra.sh) and its secured twin
 # (TLS + logins, scripts/cassandra.sh --secure, 127.0.0.1:9142), the
 # single-node Kafka the Kafka tests need (scripts/kafka.sh; its SASL_SSL
@@ -46,7 +48,11 @@ cleanup() {
   if $started_s3; then scripts/s3.sh stop || true; fi
 }
 trap cleanup EXIT
-cargo build --release --workspace --bins
+scripts/check.sh
+# The test hooks (STRATA_CRASH_AT, STRATA_SLOW_CHECKPOINT_MS) the failure
+# tests use; a user's build (route-history.sh, install.sh) has none.
+features=(--features strata-runtime/fault-injection)
+cargo build --release --workspace --bins "${features[@]}"
 if $started_cassandra && ! wait "$cassandra_pid"; then
   cat "${TMPDIR:-/tmp}/strata-cassandra-start.log" >&2
   echo "tests: 0 passed, 1 failed (Cassandra did not start)" >&2
@@ -68,7 +74,7 @@ if $started_s3 && ! wait "$s3_pid"; then
   exit 1
 fi
 status=0
-cargo test --release --workspace "$@" 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace "${features[@]}" "$@" 2>&1 | tee "$log" || status=$?
 passed=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
 echo "tests: $passed passed, $failed failed"
