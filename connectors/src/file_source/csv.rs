@@ -97,6 +97,19 @@ fn odd_quotes(raw: &[u8]) -> bool {
 }
 
 impl CsvRows {
+    /// Reads on from byte `byte` of the file, which starts line `line`
+    /// (1-based) and record `record` of the reader's count.
+    fn resume_at(&mut self, byte: u64, line: u64, record: u64) -> Result<()> {
+        let mut resume = csv::Position::new();
+        resume.set_byte(byte).set_line(line).set_record(record);
+        self.reader
+            .seek(resume.clone())
+            .map_err(|e| corrupt(&self.path, "CSV", e))?;
+        self.offset = resume.byte();
+        self.line = resume.line();
+        Ok(())
+    }
+
     pub(crate) fn open(
         path: &Path,
         schema: &Schema,
@@ -190,16 +203,7 @@ impl CsvRows {
         if raw.get(next - 1) == Some(&b'\r') && raw.get(next) == Some(&b'\n') {
             next += 1;
         }
-        let mut resume = csv::Position::new();
-        resume
-            .set_byte(start.byte() + next as u64)
-            .set_line(line + 1)
-            .set_record(start.record() + 1);
-        self.reader
-            .seek(resume.clone())
-            .map_err(|e| corrupt(&self.path, "CSV", e))?;
-        self.offset = resume.byte();
-        self.line = resume.line();
+        self.resume_at(start.byte() + next as u64, line + 1, start.record() + 1)?;
         let what = if never_closed {
             "that is never closed"
         } else {
@@ -254,16 +258,7 @@ impl CsvRows {
             next += 1;
         }
         let line = start.line() + breaks_before;
-        let mut resume = csv::Position::new();
-        resume
-            .set_byte(next)
-            .set_line(line + 1)
-            .set_record(start.record() + 1);
-        self.reader
-            .seek(resume.clone())
-            .map_err(|e| corrupt(&self.path, "CSV", e))?;
-        self.offset = resume.byte();
-        self.line = resume.line();
+        self.resume_at(next, line + 1, start.record() + 1)?;
         Ok(RecordError {
             record: self.number,
             field: None,

@@ -264,11 +264,6 @@ where
         self
     }
 
-    /// Runs the pipeline as shard `shard` of a consumer group (see
-    /// [`crate::group`]): it reads only the shard's partition, asks the
-    /// shard's fence before each checkpoint goes out, ends with a final
-    /// checkpoint when released, and leaves progress and metrics to the
-    /// group.
     /// Lets `service` answer queries on this run's keyed state while it
     /// runs (see [`crate::query`]); the states it reads are the ones
     /// [`KeyedProcessFunction::queryable_states`] declares.
@@ -277,15 +272,21 @@ where
         self
     }
 
+    /// Runs the pipeline as shard `shard` of a consumer group (see
+    /// [`crate::group`]): it reads only the shard's partition, asks the
+    /// shard's fence before each checkpoint goes out, ends with a final
+    /// checkpoint when released, and leaves progress and metrics to the
+    /// group.
     pub(crate) fn shard(mut self, shard: Shard) -> Self {
         self.shard = Some(shard);
         self
     }
 
     /// Runs the job to the end of its input; the final checkpoint commits
-    /// all output. Errors are one-line reasons (see [`RuntimeError`]).
-    /// It runs on the process's tokio runtime (`crate::executor`); call
-    /// it from a thread outside it.
+    /// all output. Errors are one-line reasons (see
+    /// [`crate::RuntimeError`]). It runs on the process's tokio runtime,
+    /// which it starts on first use: call it from a thread outside that
+    /// runtime (a `main`, a thread of your own), not from async code.
     pub fn run(self) -> Result<JobReport> {
         crate::executor::block_on(self.run_async())?
     }

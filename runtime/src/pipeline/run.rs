@@ -154,17 +154,8 @@ where
     /// spawns the sinks, the keyed instances, the source and the
     /// checkpoint coordinator.
     async fn spawn(&self, run: Started<F::In>, started: Instant) -> Result<Running> {
-        let Started {
-            parts,
-            storage,
-            _lease,
-            output_lock,
-            fresh,
-            restored,
-            next_id,
-            source,
-            local,
-        } = run;
+        let (parts, storage, restored, next_id) =
+            (run.parts, run.storage, run.restored, run.next_id);
         let restore_started = Instant::now();
         let cold = self.connect_l3(&storage, restored.as_ref()).await?;
         // Newer checkpoints exist (here or in the store) only if this run
@@ -189,7 +180,7 @@ where
                 dead_letter: parts.dead_letter.clone(),
                 staging: storage.root().join(KAFKA_STAGING),
             },
-            local.path().to_owned(),
+            run.local.path().to_owned(),
             ack_tx,
             done_rx,
             cold.as_ref().map(|c| c.tier.clone()),
@@ -200,7 +191,8 @@ where
         if self.queries.is_some() {
             w.query_queues = Some(Vec::new());
         }
-        let stores = self.spawn_operators(&mut w, (par, sink_par), source, &parts, trigger_rx)?;
+        let stores =
+            self.spawn_operators(&mut w, (par, sink_par), run.source, &parts, trigger_rx)?;
         let queries = self.register_queries(&mut w, &stores);
         let restore_time = restore_started.elapsed();
         let coordinator = Coordinator::new(
@@ -226,15 +218,15 @@ where
             l3_version.unwrap_or(i64::MIN),
         );
         let checkpoints = w.spawn_coordinator(coordinator);
-        fresh.keep();
+        run.fresh.keep();
         Ok(Running {
             started,
             w,
             stores,
             storage,
-            _lease,
-            output_lock,
-            local,
+            _lease: run._lease,
+            output_lock: run.output_lock,
+            local: run.local,
             cold,
             checkpoints,
             restore_time,
