@@ -5,7 +5,7 @@
 # the `librocksdb-sys` crate of Cargo.lock bundles (11.8.1), built by the
 # RocksDB project with LZ4 (the only codec strata's options select), Snappy,
 # Zstd, Zlib and BZip2. It exports RocksDB's C API, which is all the
-# `rocksdb` crate calls. docs/guide.md, "Building", says what differs.
+# `rocksdb` crate calls. README.md, "Building", says what differs.
 #
 #   scripts/rocksdb.sh fetch   download and unpack it once (mvn), check it
 #   scripts/rocksdb.sh dir     print the folder that holds librocksdb.so

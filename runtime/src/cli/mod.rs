@@ -170,12 +170,7 @@ pub fn main(cli: Cli) -> Result<()> {
         Command::Run { job, args } => run_job(job, args),
         Command::Checkpoints {
             command: CheckpointsCommand::List { dir },
-        } => {
-            for line in crate::inspect::list_checkpoints(&dir)? {
-                print_line(&line)?;
-            }
-            Ok(())
-        }
+        } => print_lines(crate::inspect::list_checkpoints(&dir)?),
         Command::Migration {
             command:
                 MigrationCommand::WriteBack {
@@ -183,30 +178,7 @@ pub fn main(cli: Cli) -> Result<()> {
                     checkpoint_dir,
                     settings,
                 },
-        } => {
-            let config = settings.load()?;
-            let all = crate::write_back::write_back_all(
-                &checkpoint_dir,
-                job.name(),
-                &job.states(),
-                &config,
-            )?;
-            for (shard, done) in all {
-                let dir = match &shard {
-                    Some(shard) => checkpoint_dir.join(shard),
-                    None => checkpoint_dir.clone(),
-                };
-                eprintln!(
-                    "strata: wrote {} keys of checkpoint {} to L3 ({}) in {:.1} s; {} can no longer be restored",
-                    done.keys,
-                    done.checkpoint,
-                    done.tables,
-                    done.elapsed.as_secs_f64(),
-                    dir.display()
-                );
-            }
-            Ok(())
-        }
+        } => write_back(job, &checkpoint_dir, &settings),
         Command::Topic { command } => topic::main(command),
         Command::Jobs {
             command:
@@ -218,11 +190,12 @@ pub fn main(cli: Cli) -> Result<()> {
                 },
         } => {
             let security = settings.reach(&brokers)?;
-            for line in crate::group::status::lines(&brokers, &security, &group, topic.as_deref())?
-            {
-                print_line(&line)?;
-            }
-            Ok(())
+            print_lines(crate::group::status::lines(
+                &brokers,
+                &security,
+                &group,
+                topic.as_deref(),
+            )?)
         }
         Command::State {
             command:
@@ -245,9 +218,37 @@ pub fn main(cli: Cli) -> Result<()> {
     }
 }
 
+/// `strata migration write-back`: every shard's state (or the job's) to
+/// L3, a line per checkpoint directory written back.
+fn write_back(job: Job, checkpoint_dir: &std::path::Path, settings: &ConfigArgs) -> Result<()> {
+    let config = settings.load()?;
+    let all =
+        crate::write_back::write_back_all(checkpoint_dir, job.name(), &job.states(), &config)?;
+    for (shard, done) in all {
+        let dir = match &shard {
+            Some(shard) => checkpoint_dir.join(shard),
+            None => checkpoint_dir.to_owned(),
+        };
+        eprintln!(
+            "strata: wrote {} keys of checkpoint {} to L3 ({}) in {:.1} s; {} can no longer be restored",
+            done.keys,
+            done.checkpoint,
+            done.tables,
+            done.elapsed.as_secs_f64(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Prints `lines` to stdout (see [`print_line`]).
+fn print_lines(lines: Vec<String>) -> Result<()> {
+    lines.iter().try_for_each(|line| print_line(line))
+}
+
 /// Prints one line to stdout. A reader that went away (`strata … | head`)
 /// ends the output quietly; other write errors are errors.
-pub(super) fn print_line(line: &str) -> Result<()> {
+fn print_line(line: &str) -> Result<()> {
     use std::io::Write;
     match writeln!(std::io::stdout().lock(), "{line}") {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
