@@ -250,7 +250,7 @@ impl Backend for Embedded {
 }
 
 /// The same updates straight into RocksDB: a column family per state, the
-/// options of strata's L2 (see [`strata_cache::l2_table_options`]), and
+/// options of strata's L2 (see [`strata_cache::l2_cf_options`]), and
 /// L1's memory added to the block cache, so it has the memory strata has.
 /// Its lists are not trimmed by TTL (strata's are), which spares it work.
 pub(crate) struct RocksDbRaw {

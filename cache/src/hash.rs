@@ -12,7 +12,7 @@
 //! indexed by the *L1 hash*: the record hash mixed with the state id (and,
 //! for a map entry, the hash of its user key). It is carried in the first
 //! eight bytes of the L1 key itself, and the hashers of those structures
-//! pass it through ([`PassThrough`]), so none of them hashes key bytes.
+//! pass it through (`PassThrough`), so none of them hashes key bytes.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash, Hasher};

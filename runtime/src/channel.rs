@@ -8,7 +8,7 @@
 //! is recorded as backpressured time, and time spent waiting for input as
 //! idle time ([`TaskTimes`]).
 //!
-//! A task with several inputs reads them through an [`InputGate`], which
+//! A task with several inputs reads them through an `InputGate`, which
 //! forwards a watermark once every input has passed it (the minimum), and
 //! aligns barriers: after barrier N arrives on one input, that input is not
 //! read until barrier N has arrived on all of them (Chandy–Lamport

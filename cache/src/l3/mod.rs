@@ -3,7 +3,7 @@
 //!
 //! [`CassandraTier`] implements [`ColdTier`]: reads on L2 misses, versioned
 //! writes of the keys cold eviction moves out of L2 (see
-//! [`crate::eviction`]). It creates its keyspace and table if absent. Every
+//! `crate::eviction`). It creates its keyspace and table if absent. Every
 //! call goes through a tower stack (timeout, retry with backoff, concurrency
 //! limit; see `service`).
 //!

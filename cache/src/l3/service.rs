@@ -49,7 +49,7 @@ pub(crate) struct L3Counters {
     pub(crate) busy_ns: AtomicU64,
 }
 
-/// A snapshot of [`L3Counters`].
+/// A snapshot of the L3 request counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct L3Stats {
     /// Read requests answered.

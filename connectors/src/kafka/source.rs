@@ -64,7 +64,7 @@ pub struct KafkaSourceOptions {
     /// librdkafka properties (`source.kafka.<property>`), applied last.
     pub properties: Vec<(String, String)>,
     /// Decodes each message into a row on the reader thread
-    /// ([`Fetched::row`]); `None`: the caller decodes.
+    /// ([`super::Fetched::row`]); `None`: the caller decodes.
     pub decode: Option<RowDecoder>,
 }
 
@@ -214,7 +214,7 @@ impl KafkaSource {
         })
     }
 
-    /// The assigned partitions, `(topic, partition)`; a [`Fetched::split`]
+    /// The assigned partitions, `(topic, partition)`; a [`super::Fetched::split`]
     /// indexes this list.
     pub fn partitions(&self) -> &[(String, i32)] {
         &self.partitions

@@ -7,7 +7,7 @@
 //! flushes L1's dirty entries to L2, takes a RocksDB checkpoint (hard
 //! links), forwards the barrier at once, and moves the new SST files to
 //! storage off the processing path. A sink closes its part file as pending.
-//! Each task acknowledges with its [`TaskSnapshot`]. When all have, the
+//! Each task acknowledges with its `TaskSnapshot`. When all have, the
 //! coordinator writes `chk-N/_metadata` atomically (temporary file, fsync,
 //! rename) — only then does checkpoint N exist — and publishes "N completed"
 //! on a watch channel, so a task that misses a notice sees the later one,
@@ -21,14 +21,14 @@
 //! <dir>/_work/                   live RocksDB directories (never restored from)
 //! ```
 //! A consumer group keeps each shard's checkpoints in a directory of this
-//! layout of its own, `<dir>/p-<partition>` ([`shard_location`]).
+//! layout of its own, `<dir>/p-<partition>` (`shard_location`).
 //! Retention keeps the last `checkpoint.retained` completed checkpoints and
 //! deletes the files only dropped ones used ([`storage`]).
 //!
 //! ## Failures
 //! A checkpoint fails when a task declines it (a background upload failed),
 //! when its metadata cannot be written, or when it is not complete
-//! `checkpoint.timeout` after its trigger ([`coordinator`]). Its directory is
+//! `checkpoint.timeout` after its trigger (`coordinator`). Its directory is
 //! removed and the next one is triggered at the next interval; after more
 //! than `checkpoint.tolerable-failures` failures in a row the job fails with
 //! the last one's cause (which checkpoint, which task, which file, which OS

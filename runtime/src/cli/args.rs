@@ -34,7 +34,7 @@ impl ConfigArgs {
 }
 
 /// How a job runs: `strata run <job>`'s flags, and those of a program
-/// that runs a job of its own ([`main_for`]).
+/// that runs a job of its own ([`super::main_for`]).
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Input file (.parquet, .csv or .jsonl), or Kafka topics:

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 /// consumer group `--input` names; prints the summary line.
 ///
 /// Errors: a wrong command line or configuration
-/// ([`RuntimeError::is_usage`]), a failed or interrupted run.
+/// ([`crate::RuntimeError::is_usage`]), a failed or interrupted run.
 pub fn run_job<J: JobSpec>(job: J, args: RunArgs) -> Result<()> {
     if let Some(group) = super::group::group_of(&args.input)? {
         let report = super::group::run(job, group, args)?;

@@ -29,9 +29,9 @@
 //! | `bad-input.policy` | `fail` | `fail`, `dead-letter` | what a bad record does |
 //! | `state.l2.capacity` | absent = unbounded | 1MB–1PB | L2 bytes on disk per instance beyond which cold keys move to L3 (needs L3) |
 //! | `source.idle-timeout` | absent = never idle | 1ms–1d | a split (Kafka partition) without records this long does not hold the watermark back |
-//! | `state.l3.*` | L3 off | see [`l3`] | the Cassandra/ScyllaDB cold tier |
+//! | `state.l3.*` | L3 off | see `config::l3` | the Cassandra/ScyllaDB cold tier |
 //! | `source.kafka.*`, `sink.kafka.*` | | see [`kafka`] | Kafka input and output |
-//! | `kafka.*` | plaintext | see [`kafka_security`] | TLS and SASL of every Kafka client |
+//! | `kafka.*` | plaintext | see `config::kafka_security` | TLS and SASL of every Kafka client |
 //!
 //! Sizes take units (`KB`, `MB`, `GB`, `KiB`, `MiB`, `GiB`); durations take
 //! humantime units (`500ms`, `2s`, `60days`).

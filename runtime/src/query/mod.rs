@@ -24,7 +24,7 @@
 //!   as `strata state get` takes them) and how its states print as JSON
 //!   ([`QueryJson`]; serde types print as themselves).
 //! * [`QueryService`] serves `GET /state/<state>/<key fields…>` and
-//!   `GET /jobs/current` on an address of its own (see [`server`]).
+//!   `GET /jobs/current` on an address of its own (see `query::server`).
 
 mod answer;
 pub mod client;

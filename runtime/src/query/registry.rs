@@ -60,7 +60,7 @@ impl ShardQueries {
 /// no worker while it waits), and answers for the pipelines
 /// registered with it: the job's, or in a consumer group every shard this
 /// process runs, forwarding the others to their owners (see
-/// [`super::server`] for the routes).
+/// `query::server` for the routes).
 pub struct QueryService {
     pub(crate) job: String,
     pub(crate) spec: QueryableStates,
