@@ -7,10 +7,11 @@ Usage: scripts/run-tests.py CARGO_TEST_ARGS... [-- TEST_BINARY_ARGS...]
 
 It builds the tests (`cargo test --no-run` with the same arguments), then
 runs each test binary, and the doc tests (`cargo test --doc`) when no
-target was picked, in up to $STRATA_TEST_JOBS lanes (default 4: most
-end-to-end tests wait on paced jobs and servers, not on the CPU). Every
-test runs: a failing binary does not stop the others (unlike `cargo
-test`), and the exit code is 1 if any test failed.
+target was picked, in up to $STRATA_TEST_JOBS lanes (default 3: on two
+cores three lanes keep the CPU busy while paced jobs and servers wait; a
+fourth only slows them down). Every test runs: a failing binary does not
+stop the others (unlike `cargo test`), and the exit code is 1 if any
+test failed.
 
 The end-to-end tests share the test servers. A test binary uses a server
 when its source names the helper module that reaches it
@@ -62,7 +63,7 @@ class Job:
         self.name, self.command, self.cwd, self.env = name, command, cwd, env or {}
         self.uses, self.stops = set(uses), set(stops)
         self.proc = self.started = self.output = None
-        self.elapsed = self.cpu = 0.0
+        self.elapsed = self.cpu = self.written_mb = 0.0
         self.timed_out = False
 
     def conflicts(self, running):
@@ -113,14 +114,16 @@ def build(cargo_args):
             str(Path(message["manifest_path"]).parent), target["src_path"],
         ))
     if proc.wait() != 0:
-        sys.exit(f"run-tests: `{' '.join(command)}` failed")
+        print(f"run-tests: `{' '.join(command)}` failed")
+        print("tests: 0 passed, 1 failed (the tests did not build)")
+        sys.exit(1)
     return sorted(found, key=lambda f: (f[3], f[0], f[1]))
 
 
 def jobs_of(cargo_args, test_args):
     """The jobs: every test binary cargo built, and the doc tests."""
     jobs = []
-    for kind, name, exe, package, src in build(cargo_args):
+    for kind, _name, exe, package, src in build(cargo_args):
         label = os.path.relpath(src)
         if kind == "test":
             uses, stops = servers_of(Path(src).read_text())
@@ -138,7 +141,7 @@ def jobs_of(cargo_args, test_args):
 def order(jobs, times):
     """Binaries that stop a server first, then the longest."""
     def key(job):
-        known = times.get(job.name.split(" (")[0])
+        known = times.get(label(job))
         guess = known if known is not None else (1e6 if job.uses else 1e5)
         return (not job.stops, -guess)
     return sorted(jobs, key=key)
@@ -163,6 +166,7 @@ def descendants(pid):
 
 
 def kill_tree(pid):
+    """SIGKILLs `pid` and the processes it started."""
     for p in [pid, *descendants(pid)]:
         try:
             os.kill(p, signal.SIGKILL)
@@ -171,6 +175,7 @@ def kill_tree(pid):
 
 
 def start(job):
+    """Starts `job`, its output read into `job.chunks` as it comes."""
     job.started = time.monotonic()
     job.proc = subprocess.Popen(
         job.command, cwd=job.cwd, env={**os.environ, **job.env},
@@ -194,6 +199,7 @@ def finished(job, timeout):
         pid, status, usage = os.wait4(job.proc.pid, 0)
     job.proc.returncode = os.waitstatus_to_exitcode(status)
     job.cpu = usage.ru_utime + usage.ru_stime
+    job.written_mb = usage.ru_oublock * 512 / 1e6
     job.reader.join()
     job.elapsed = time.monotonic() - job.started
     job.output = "".join(job.chunks)
@@ -235,36 +241,47 @@ def run(jobs, lanes, timeout):
     return done
 
 
-def main():
-    cargo_args, test_args = split_args(sys.argv[1:])
-    target = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
-    times_file = target / "strata-test-times.json"
-    try:
-        times = json.loads(times_file.read_text())
-    except (OSError, ValueError):
-        times = {}
-    lanes = int(os.environ.get("STRATA_TEST_JOBS", "4"))
-    timeout = float(os.environ.get("STRATA_TEST_TIMEOUT", "1200"))
-    started = time.monotonic()
-    done = run(order(jobs_of(cargo_args, test_args), times), lanes, timeout)
-    wall = time.monotonic() - started
-    print("run-tests: seconds per test binary (wall, CPU of it and its processes):")
+def label(job):
+    """A job's name without its executable's path."""
+    return job.name.split(" (")[0]
+
+
+def report(done, started, lanes):
+    """Prints the table of times and the closing line; returns whether all passed."""
+    print("run-tests: per test binary: started (s into the run), wall s, CPU s and MB"
+          " written (its own and its processes')")
     for job in sorted(done, key=lambda j: -j.elapsed):
-        print(f"  {job.elapsed:7.1f} {job.cpu:7.1f}  {job.name.split(' (')[0]}")
-    cpu = sum(j.cpu for j in done)
+        print(f"  {job.started - started:6.0f} {job.elapsed:7.1f} {job.cpu:7.1f}"
+              f" {job.written_mb:7.0f}  {label(job)}")
+    wall, cpu = time.monotonic() - started, sum(j.cpu for j in done)
     print(f"run-tests: {len(done)} binaries in {wall:.0f} s on {lanes} lanes, {cpu:.0f} s of CPU")
-    times.update({j.name.split(" (")[0]: round(j.elapsed, 1) for j in done})
-    try:
-        times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
-    except OSError:
-        pass
     passed = sum(counts(j)[0] for j in done)
     failed = sum(counts(j)[1] for j in done)
     for job in done:
         if counts(job)[1]:
             print(f"run-tests: FAILED: {job.name}")
     print(f"tests: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    return failed == 0
+
+
+def main():
+    cargo_args, test_args = split_args(sys.argv[1:])
+    times_file = Path(os.environ.get("CARGO_TARGET_DIR", "target")) / "strata-test-times.json"
+    try:
+        times = json.loads(times_file.read_text())
+    except (OSError, ValueError):
+        times = {}
+    lanes = int(os.environ.get("STRATA_TEST_JOBS", "3"))
+    timeout = float(os.environ.get("STRATA_TEST_TIMEOUT", "1200"))
+    jobs = order(jobs_of(cargo_args, test_args), times)
+    started = time.monotonic()
+    done = run(jobs, lanes, timeout)
+    times.update({label(j): round(j.elapsed, 1) for j in done})
+    try:
+        times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
+    except OSError:
+        pass
+    sys.exit(0 if report(done, started, lanes) else 1)
 
 
 if __name__ == "__main__":
