@@ -9,8 +9,9 @@
 # the object-store tests need (scripts/s3.sh) — each stopped again at the
 # end if this script started it — runs every test of the workspace — unit,
 # property-based and end-to-end on the real flights data, the real
-# Cassandra, the real Kafka and the real S3 server — then prints one closing
-# line "tests: N passed, N failed".
+# Cassandra, the real Kafka and the real S3 server, several test binaries
+# at a time (scripts/run-tests.py) — then prints one closing line
+# "tests: N passed, N failed".
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$STRATA_ROOT/scripts/setup.sh"
@@ -39,9 +40,7 @@ if ! scripts/s3.sh status >/dev/null 2>&1; then
   scripts/s3.sh start > "${TMPDIR:-/tmp}/strata-s3-start.log" 2>&1 &
   s3_pid=$!
 fi
-log="$(mktemp)"
 cleanup() {
-  rm -f "$log"
   if $started_cassandra; then scripts/cassandra.sh stop || true; fi
   if $started_cassandra_secure; then scripts/cassandra.sh stop --secure || true; fi
   if $started_kafka; then scripts/kafka.sh stop || true; fi
@@ -52,6 +51,11 @@ scripts/check.sh
 # The test hooks (STRATA_CRASH_AT, STRATA_SLOW_CHECKPOINT_MS) the failure
 # tests use; a user's build (route-history.sh, install.sh) has none.
 features=(--features strata-runtime/fault-injection)
+# The doc tests link the prebuilt RocksDB too: rustdoc needs the rpath
+# that env.sh gives rustc, or they cannot load librocksdb.so.
+if [ -n "${ROCKSDB_LIB_DIR:-}" ]; then
+  export RUSTDOCFLAGS="${RUSTDOCFLAGS:+$RUSTDOCFLAGS }-C link-arg=-Wl,-rpath,$ROCKSDB_LIB_DIR"
+fi
 cargo build --release --workspace --bins "${features[@]}"
 if $started_cassandra && ! wait "$cassandra_pid"; then
   cat "${TMPDIR:-/tmp}/strata-cassandra-start.log" >&2
@@ -73,9 +77,8 @@ if $started_s3 && ! wait "$s3_pid"; then
   echo "tests: 0 passed, 1 failed (the S3 server did not start)" >&2
   exit 1
 fi
+# Several test binaries at a time, those that stop a server alone with
+# it; prints the closing line and exits non-zero on any failure.
 status=0
-cargo test --release --workspace "${features[@]}" "$@" 2>&1 | tee "$log" || status=$?
-passed=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
-failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
-echo "tests: $passed passed, $failed failed"
+python3 scripts/run-tests.py --release --workspace "${features[@]}" "$@" || status=$?
 exit "$status"

@@ -2,8 +2,8 @@
 //! the flights data, running jobs, reading their output, and an independent
 //! batch computation of route-history to compare against.
 //!
-//! Only [`cassandra`] and [`secure`] are there without the `e2e` feature
-//! (on by default): what `strata-cache`'s L3 test needs.
+//! Only [`cassandra`], [`secure`] and [`wait`] are there without the
+//! `e2e` feature (on by default): what `strata-cache`'s L3 test needs.
 
 pub mod cassandra;
 #[cfg(feature = "e2e")]
@@ -15,6 +15,7 @@ pub mod query;
 #[cfg(feature = "e2e")]
 pub mod s3;
 pub mod secure;
+pub mod wait;
 
 #[cfg(feature = "e2e")]
 pub use jobs::*;

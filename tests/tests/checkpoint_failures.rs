@@ -14,6 +14,7 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use strata_tests::wait;
 use strata_tests::*;
 
 /// Runs strata with `args`, killing it (and failing the test) if it has not
@@ -195,9 +196,16 @@ fn metadata_that_cannot_be_written_names_the_file_and_the_os_error() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // After the start (which clears leftovers), before the first checkpoint:
+    // After the start (which clears leftovers: done once the run holds
+    // its live state directory), before the first checkpoint (3 s later):
     // the metadata's temporary file cannot be created.
-    std::thread::sleep(Duration::from_millis(1200));
+    let pid = child.id();
+    wait::until_while_running(
+        &mut child,
+        "the run's start",
+        Duration::from_secs(60),
+        || wait::holds_lock(&chk.join("_work"), pid),
+    );
     std::fs::create_dir_all(chk.join("chk-1/_metadata.tmp")).unwrap();
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(60) {

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use strata_tests::wait;
 use strata_tests::*;
 
 const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2176,LAS,PHL\n2001-01-01 00:02,5,215,ATL,SAV\n";
@@ -224,12 +225,14 @@ fn any_completed_checkpoint_can_be_restored_by_id_or_path_and_newer_output_must_
     );
     // Withdraw them, then restore the older checkpoint by its path, at
     // another parallelism (which the checkpoint fixes, and says so), and
-    // kill that run before its first checkpoint.
+    // kill that run once it has removed the newer checkpoints and
+    // completed a checkpoint of its own (numbered after them).
     let withdrawn = dir.path().join("withdrawn");
     std::fs::create_dir(&withdrawn).unwrap();
     for name in &newer {
         std::fs::rename(out.join(name), withdrawn.join(name)).unwrap();
     }
+    let log = dir.path().join("killed.log");
     let mut killed = Command::new(strata_bin())
         .args(args(&[
             "--restore",
@@ -239,13 +242,18 @@ fn any_completed_checkpoint_can_be_restored_by_id_or_path_and_newer_output_must_
             "-D",
             "source.max-records-per-second=20000",
         ]))
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    wait::until_while_running(
+        &mut killed,
+        "a checkpoint of the restored run",
+        Duration::from_secs(60),
+        || wait::completed_checkpoints(&chk).last() > Some(&newest),
+    );
     killed.kill().unwrap();
-    let killed = killed.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&killed.stderr);
+    killed.wait().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(stderr.contains("taken at parallelism 2"), "{stderr}");
     assert!(
         stderr.contains(&format!("newer checkpoints {}", older + 1)),
@@ -296,7 +304,7 @@ fn a_checkpoint_directory_strata_did_not_write_is_refused_and_left_alone() {
 fn an_interrupt_before_the_first_checkpoint_says_nothing_is_committed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let child = Command::new(strata_bin())
+    let mut child = Command::new(strata_bin())
         .args(route_history_args(
             &flights_path(),
             &out,
@@ -311,7 +319,14 @@ fn an_interrupt_before_the_first_checkpoint_says_nothing_is_committed() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Once records reach the sink, the run listens for signals (it does
+    // from the moment its tasks are spawned).
+    wait::until_while_running(
+        &mut child,
+        "the first records at the sink",
+        Duration::from_secs(60),
+        || wait::writing_output(&out),
+    );
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -4,7 +4,24 @@
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use strata_tests::wait;
 use strata_tests::*;
+
+/// The flights a job that must still run while others are refused reads:
+/// who holds a directory does not depend on how much it reads, so a slice
+/// does (the whole file's run is `route_history.rs`'s).
+const SLICE: usize = 400_000;
+
+/// Paced so that the slice takes 4 s or more: the refusals of the other
+/// jobs (a few ms each) come while it runs.
+const SLOW: [&str; 2] = ["-D", "source.max-records-per-second=100000"];
+
+/// How long a job may take to start and lock its directories.
+const LOCKED: Duration = Duration::from_secs(60);
+
+fn slice() -> std::path::PathBuf {
+    flights_head(SLICE)
+}
 
 const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2176,LAS,PHL\n2001-01-01 00:02,5,215,ATL,SAV\n2001-01-01 00:03,-5,215,LAS,PHL\n";
 
@@ -12,21 +29,20 @@ const CSV: &str = "date,delay,distance,origin,destination\n2001-01-01 00:01,33,2
 fn a_second_job_on_the_same_directories_is_refused_and_the_first_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let first = Command::new(strata_bin())
-        .args(route_history_args(
-            &flights_path(),
-            &out,
-            None,
-            &["-D", "source.max-records-per-second=400000"],
-        ))
+    let input = slice();
+    let mut first = Command::new(strata_bin())
+        .args(route_history_args(&input, &out, None, &[SLOW[0], SLOW[1]]))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let second = strata(&route_history_args(&flights_path(), &out, None, &[]));
+    let pid = first.id();
+    wait::until_while_running(&mut first, "the first job's lock", LOCKED, || {
+        wait::holds_lock(&out, pid)
+    });
+    let second = strata(&route_history_args(&input, &out, None, &[]));
     assert!(error_line(&second).contains("in use by another strata job"));
     let restore = strata(&route_history_args(
-        &flights_path(),
+        &input,
         &out,
         None,
         &["--restore", "latest"],
@@ -38,8 +54,8 @@ fn a_second_job_on_the_same_directories_is_refused_and_the_first_finishes() {
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    assert_eq!(summary(&first.stderr)["records_out"], "3000000");
-    assert_eq!(read_output(&out).len(), 3_000_000);
+    assert_eq!(summary(&first.stderr)["records_out"], SLICE.to_string());
+    assert_eq!(read_output(&out).len(), SLICE);
 }
 
 #[test]
@@ -131,19 +147,22 @@ fn a_restore_refuses_an_input_of_the_same_size_with_other_content() {
 fn a_second_job_on_the_same_local_state_directory_is_refused_naming_the_holder() {
     let dir = tempfile::tempdir().unwrap();
     let local = format!("state.local-dir={}", dir.path().join("local").display());
-    let first = Command::new(strata_bin())
+    let mut first = Command::new(strata_bin())
         .args(route_history_args(
-            &flights_path(),
+            &slice(),
             &dir.path().join("out-a"),
             Some(&dir.path().join("chk-a")),
-            &["-D", "source.max-records-per-second=400000", "-D", &local],
+            &[SLOW[0], SLOW[1], "-D", &local],
         ))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let pid = first.id();
+    wait::until_while_running(&mut first, "the first job's lock", LOCKED, || {
+        wait::holds_lock(&dir.path().join("local"), pid)
+    });
     let second = strata(&route_history_args(
-        &flights_path(),
+        &slice(),
         &dir.path().join("out-b"),
         Some(&dir.path().join("chk-b")),
         &["-D", &local],
@@ -161,7 +180,7 @@ fn a_second_job_on_the_same_local_state_directory_is_refused_naming_the_holder()
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    assert_eq!(read_output(&dir.path().join("out-a")).len(), 3_000_000);
+    assert_eq!(read_output(&dir.path().join("out-a")).len(), SLICE);
     // A run that ended normally leaves nothing behind, `_lock` included.
     let left: Vec<_> = std::fs::read_dir(dir.path().join("local"))
         .unwrap()

@@ -8,9 +8,11 @@
 //! a second job writing the topic with the same transactional id is
 //! refused without fencing the first.
 
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use strata_tests::kafka::*;
+use strata_tests::wait;
 use strata_tests::*;
 
 fn check_exact(topic: &str, want: &[Line], what: &str) {
@@ -43,79 +45,95 @@ fn route_history_over_kafka_equals_the_batch_computation() {
     assert_eq!(committed_total("strata-route-history", &input), 3_000_000);
 }
 
-/// Waits until `chk` holds a checkpoint directory without `_metadata` (a
-/// checkpoint in flight), up to `limit`.
-fn checkpoint_in_flight(chk: &std::path::Path, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Ok(entries) = std::fs::read_dir(chk) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("chk-") && !e.path().join("_metadata").exists() {
-                    return true;
-                }
-            }
+/// Whether `chk` holds a checkpoint directory without `_metadata` (a
+/// checkpoint in flight).
+fn checkpoint_in_flight(chk: &Path) -> bool {
+    std::fs::read_dir(chk).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("chk-")
+                && !e.path().join("_metadata").exists()
+        })
+    })
+}
+
+/// Where a run of the SIGKILL test is killed.
+#[derive(Debug, Clone, Copy)]
+enum KillPoint {
+    /// Once its first checkpoint completed: mid-run, output committed.
+    AfterACheckpoint,
+    /// While a checkpoint of its own is in flight.
+    DuringACheckpoint,
+    /// Once it completed a checkpoint after the one it restored.
+    AfterProgress,
+}
+
+/// Waits until `child`, a run on the checkpoint directory `chk`, reached
+/// `point`.
+fn wait_for_kill_point(child: &mut Child, chk: &Path, point: KillPoint) {
+    let newest = |chk: &Path| wait::completed_checkpoints(chk).last().copied();
+    let restored = newest(chk);
+    let what = format!("kill point {point:?}");
+    let limit = Duration::from_secs(60);
+    match point {
+        KillPoint::AfterACheckpoint | KillPoint::AfterProgress => {
+            wait::until_while_running(child, &what, limit, || newest(chk) > restored)
         }
-        std::thread::sleep(Duration::from_millis(2));
+        KillPoint::DuringACheckpoint => {
+            // Once the run started (which sweeps what earlier runs left in
+            // flight), a checkpoint in flight is its own.
+            let pid = child.id();
+            let work = chk.join("_work");
+            wait::until_while_running(child, &what, limit, || wait::holds_lock(&work, pid));
+            wait::until_while_running(child, &what, limit, || checkpoint_in_flight(chk));
+        }
     }
-    false
 }
 
 #[test]
 fn sigkills_then_restore_latest_give_the_exact_output() {
     require_kafka();
+    // A slice, paced to last 12 s: three kills and restores prove exactly
+    // once as well on 600,000 flights as on all (the whole file's run is
+    // the test above's).
+    let head = flights_head(600_000);
     let (input, output) = (unique_topic("flights-k"), unique_topic("rh-k"));
-    load_flights(&flights_path(), &input, 4);
+    load_flights(&head, &input, 4);
     let dir = tempfile::tempdir().unwrap();
     let chk = dir.path().join("chk");
     let extra = [
         "-D",
         "checkpoint.interval=1s",
         "-D",
-        "source.max-records-per-second=200000",
+        "source.max-records-per-second=50000",
     ];
-    // Kill points: mid-run, during a checkpoint, and after more progress.
-    let plans = ["after 2.5s", "during a checkpoint", "after 4s"];
-    for (i, plan) in plans.iter().enumerate() {
+    let plans = [
+        KillPoint::AfterACheckpoint,
+        KillPoint::DuringACheckpoint,
+        KillPoint::AfterProgress,
+    ];
+    for (i, plan) in plans.into_iter().enumerate() {
         let mut cmd = run_command(&input, &output, &chk, &extra);
         if i > 0 {
             cmd.args(["--restore", "latest"]);
         }
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-        match *plan {
-            "during a checkpoint" => {
-                std::thread::sleep(Duration::from_millis(1500));
-                if !checkpoint_in_flight(&chk, Duration::from_secs(10)) {
-                    child.kill().unwrap();
-                    panic!(
-                        "no checkpoint began: {:?}",
-                        child.wait_with_output().unwrap()
-                    );
-                }
-            }
-            "after 2.5s" => std::thread::sleep(Duration::from_millis(2500)),
-            _ => std::thread::sleep(Duration::from_secs(4)),
-        }
+        wait_for_kill_point(&mut child, &chk, plan);
         if child.try_wait().unwrap().is_some() {
             panic!(
-                "the run ended before kill {plan}: {:?}",
+                "the run ended before kill point {plan:?}: {:?}",
                 child.wait_with_output().unwrap()
             );
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        eprintln!("killed run {} {plan}", i + 1);
+        eprintln!("killed run {} at {plan:?}", i + 1);
     }
     let o = run_command(&input, &output, &chk, &["--restore", "latest"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_ne!(summary(&o.stderr)["restored_from"], "none");
-    check_exact(
-        &output,
-        &reference_route_history(&flights_path()),
-        "after 3 SIGKILLs",
-    );
+    check_exact(&output, &reference_route_history(&head), "after 3 SIGKILLs");
 }
 
 /// Sends `flights` to `topic` keyed by route, about `rate` per second.
@@ -218,8 +236,13 @@ fn backpressure_parks_the_input_in_kafka_and_memory_stays_flat() {
     }
     producer.join().unwrap();
     // Offsets reach the group when a checkpoint completes, as the output
-    // does: give the sink a moment to commit, then stop the job.
-    std::thread::sleep(Duration::from_secs(3));
+    // does: stop the job once its sink committed every flight.
+    wait::until_while_running(
+        &mut child,
+        "the commit of the whole output",
+        Duration::from_secs(60),
+        || read_records(&output, true).len() >= flights.len(),
+    );
     let pid_text = pid.to_string();
     std::process::Command::new("kill")
         .args(["-TERM", &pid_text])
@@ -291,7 +314,14 @@ fn a_zombie_instance_is_fenced_and_cannot_commit() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    // It stops once it has committed output (its second checkpoint
+    // completed), so the other machine restores a checkpoint of it.
+    wait::until_while_running(
+        &mut zombie,
+        "the zombie's second checkpoint",
+        Duration::from_secs(60),
+        || wait::completed_checkpoints(&chk).len() >= 2,
+    );
     let pid = zombie.id().to_string();
     assert!(std::process::Command::new("kill")
         .args(["-STOP", &pid])

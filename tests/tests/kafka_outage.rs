@@ -5,6 +5,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 use strata_tests::kafka::*;
+use strata_tests::wait;
 use strata_tests::*;
 
 #[test]
@@ -14,10 +15,11 @@ fn a_broker_stopped_for_20s_stalls_the_job_which_then_finishes_exactly() {
     let (input, output) = (unique_topic("flights-o"), unique_topic("rh-o"));
     load_flights(&head, &input, 4);
     let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
     let mut child = run_command(
         &input,
         &output,
-        &dir.path().join("chk"),
+        &chk,
         &[
             "-D",
             "checkpoint.interval=1s",
@@ -28,7 +30,13 @@ fn a_broker_stopped_for_20s_stalls_the_job_which_then_finishes_exactly() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    // Mid-run, once a checkpoint committed output and offsets.
+    wait::until_while_running(
+        &mut child,
+        "the first checkpoint",
+        Duration::from_secs(60),
+        || !wait::completed_checkpoints(&chk).is_empty(),
+    );
     server_script("kafka.sh", &["stop"]);
     std::thread::sleep(Duration::from_secs(20));
     assert!(

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use strata_runtime::jobs::route_history::FlightEvent;
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
+use strata_tests::wait;
 use strata_tests::*;
 
 /// `-D` arguments that turn L3 on in `keyspace`, with 1 MB of L1 and
@@ -260,7 +261,7 @@ fn crashes_around_cold_eviction_then_restore_give_the_batch_output() {
     let args = l3_args(&ks, "1MB");
     // Abort right after a checkpoint completed, before its cold keys reach
     // L3; then after they reached L3 but before L2 forgot them; then a
-    // SIGKILL at an arbitrary moment; then run to the end.
+    // SIGKILL mid-run; then run to the end.
     crash_at(
         &out,
         &chk,
@@ -271,11 +272,16 @@ fn crashes_around_cold_eviction_then_restore_give_the_batch_output() {
     let mut cmd = Command::new(strata_bin());
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     cmd.args(route_history_args(&input(), &out, Some(&chk), &a));
+    let restored = wait::completed_checkpoints(&chk).last().copied();
     let mut child = cmd.args(["--restore", "latest"]).spawn().unwrap();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(4) && child.try_wait().unwrap().is_none() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Mid-run, once it completed a checkpoint of its own (and moved its
+    // cold keys to L3).
+    wait::until_while_running(
+        &mut child,
+        "a checkpoint of the restored run",
+        Duration::from_secs(120),
+        || wait::completed_checkpoints(&chk).last().copied() > restored,
+    );
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended before the kill"
@@ -424,7 +430,14 @@ fn a_run_killed_before_its_first_checkpoint_restores_with_l3_on() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    // Once records reach the sink: the run has claimed L3 (it does before
+    // its tasks start).
+    wait::until_while_running(
+        &mut child,
+        "the first records at the sink",
+        Duration::from_secs(60),
+        || wait::writing_output(&out),
+    );
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended before the kill"

@@ -4,11 +4,12 @@
 //! continues, losing and duplicating nothing. (Its own test binary: it
 //! stops the shared Cassandra, which no other test may see.) The run reads
 //! the first 200,000 flights at 4,000 records/s, so it is mid-run when
-//! Cassandra stops.
+//! Cassandra stops, once it reads cold routes back from there.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use strata_tests::cassandra::{contact_point, unique_keyspace, Cql};
+use strata_tests::wait;
 use strata_tests::*;
 
 /// Starts Cassandra again however the test ends.
@@ -73,7 +74,18 @@ fn cassandra_down_for_20s_stalls_the_job_which_then_finishes_exactly() {
         .spawn()
         .unwrap());
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    std::thread::sleep(Duration::from_secs(10));
+    // Once the job reads cold routes back from Cassandra: it cannot go on
+    // without it.
+    wait::until_while_running(
+        &mut job.0,
+        "a read from L3",
+        Duration::from_secs(120),
+        || {
+            scrape(addr).is_ok_and(|body| {
+                metric_value(&body, "strata_state_l3_hits_total", None) > Some(0.0)
+            })
+        },
+    );
     assert!(
         job.0.try_wait().unwrap().is_none(),
         "the job ended before the outage: {}",

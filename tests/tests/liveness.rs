@@ -6,12 +6,13 @@
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use strata_tests::wait;
 use strata_tests::*;
 
 #[test]
 fn metrics_and_a_throttled_source_stay_live_while_checkpoints_block_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = "127.0.0.1:19251";
+    let addr = &format!("127.0.0.1:{}", strata_tests::query::free_port());
     let mut child = Command::new(strata_bin())
         .args(route_history_args(
             &flights_head(20_000),
@@ -36,8 +37,15 @@ fn metrics_and_a_throttled_source_stay_live_while_checkpoints_block_on_disk() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
-    // Eight seconds: two or three 3-second checkpoint stalls of both
+    // From the moment the source reads (its first checkpoint comes 1 s
+    // later)…
+    wait::until_while_running(
+        &mut child,
+        "the source's first records",
+        Duration::from_secs(60),
+        || scrape(addr).is_ok_and(|body| records_in(&body) > 0.0),
+    );
+    // …eight seconds: two or three 3-second checkpoint stalls of both
     // keyed instances. Every scrape must answer at once, and the source
     // must read on in every second.
     let (mut slowest, mut records) = (Duration::ZERO, Vec::new());
@@ -46,7 +54,7 @@ fn metrics_and_a_throttled_source_stay_live_while_checkpoints_block_on_disk() {
         let asked = Instant::now();
         let body = scrape(addr).expect("the metrics endpoint answers");
         slowest = slowest.max(asked.elapsed());
-        records.push(metric_value(&body, "strata_records_in_total", None).unwrap_or(0.0));
+        records.push(records_in(&body));
         std::thread::sleep(Duration::from_millis(1000));
     }
     child.kill().unwrap();
@@ -60,4 +68,9 @@ fn metrics_and_a_throttled_source_stay_live_while_checkpoints_block_on_disk() {
         stalled, 0,
         "the source stalled during checkpoints: {records:?}"
     );
+}
+
+/// The records the source has read, as the scraped metrics `body` shows.
+fn records_in(body: &str) -> f64 {
+    metric_value(body, "strata_records_in_total", None).unwrap_or(0.0)
 }

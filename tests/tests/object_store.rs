@@ -15,10 +15,18 @@ use std::time::{Duration, Instant};
 use strata_tests::s3::*;
 use strata_tests::*;
 
-/// `strata run route-history` over the flights into `out`, checkpoints in
+/// The flights the runs read: a slice of 600,000, whose checkpoints (a
+/// few MB, one a second) move between machines, upload incrementally and
+/// are retained as the whole file's do, at a fifth of the cost (the whole
+/// file's exact run is `route_history.rs`'s).
+fn flights() -> std::path::PathBuf {
+    flights_head(600_000)
+}
+
+/// `strata run route-history` over [`flights`] into `out`, checkpoints in
 /// `url`, with `extra`.
 fn route_history(out: &Path, url: &str, extra: &[&str]) -> Command {
-    route_history_over(&flights_path(), out, url, extra)
+    route_history_over(&flights(), out, url, extra)
 }
 
 /// As [`route_history`], over `input`.
@@ -29,12 +37,13 @@ fn route_history_over(input: &Path, out: &Path, url: &str, extra: &[&str]) -> Co
     cmd
 }
 
-/// A checkpoint a second, the source throttled so that a run lasts ~10 s.
+/// A checkpoint a second, the source throttled so that a run of
+/// [`flights`] lasts ~10 s.
 const THROTTLED: [&str; 4] = [
     "-D",
     "checkpoint.interval=1s",
     "-D",
-    "source.max-records-per-second=300000",
+    "source.max-records-per-second=60000",
 ];
 
 /// SIGKILLs `child` mid-run, once the object store at `url` holds a
@@ -63,11 +72,11 @@ fn kill_after_checkpoint(mut child: Child, url: &str, at_least: u64) -> Listed {
     last
 }
 
-/// An uninterrupted run, a checkpoint a second, `retained` kept; its stderr.
+/// An uninterrupted run, [`THROTTLED`], `retained` kept; its stderr.
 fn run_to_end(out: &Path, url: &str, retained: u32) -> String {
     let retained = format!("checkpoint.retained={retained}");
-    let extra = ["-D", "checkpoint.interval=1s", "-D", &retained];
-    succeeded(route_history(out, url, &extra).output().unwrap())
+    let mut cmd = route_history(out, url, &THROTTLED);
+    succeeded(cmd.args(["-D", &retained]).output().unwrap())
 }
 
 fn succeeded(o: Output) -> String {
@@ -89,7 +98,7 @@ fn fetched(stderr: &str, id: u64) -> (u64, u64) {
 
 fn check_output(out: &Path, what: &str) {
     let got = read_output(out);
-    if let Some(diff) = first_difference(&got, &reference_route_history(&flights_path())) {
+    if let Some(diff) = first_difference(&got, &reference_route_history(&flights())) {
         panic!("{what}: the output differs: {diff}");
     }
 }
@@ -278,7 +287,7 @@ fn kafka_to_kafka_killed_on_one_machine_continues_on_another_with_the_exact_outp
     require_s3();
     require_kafka();
     let (input, output) = (unique_topic("flights-s3"), unique_topic("rh-s3"));
-    load_flights(&flights_path(), &input, 4);
+    load_flights(&flights(), &input, 4);
     let prefix = Prefix::unique("kafka");
     let dir = tempfile::tempdir().unwrap();
     let run = |machine: &str, extra: &[&str]| {
@@ -298,7 +307,7 @@ fn kafka_to_kafka_killed_on_one_machine_continues_on_another_with_the_exact_outp
     let stderr = succeeded(run("second", &["--restore", "latest"]).output().unwrap());
     assert_ne!(summary(stderr.as_bytes())["restored_from"], "none");
     let got = read_route_history(&output);
-    if let Some(diff) = first_difference(&got, &reference_route_history(&flights_path())) {
+    if let Some(diff) = first_difference(&got, &reference_route_history(&flights())) {
         panic!("after moving machines the committed output differs: {diff}");
     }
 }

@@ -14,6 +14,7 @@ use strata_tests::kafka::*;
 use strata_tests::query;
 use strata_tests::s3::*;
 use strata_tests::secure;
+use strata_tests::wait;
 use strata_tests::*;
 
 /// One process of the group, its stderr in a file.
@@ -65,8 +66,28 @@ impl Job<'_> {
     }
 }
 
+/// The group session of a member that stays: a minute without a heartbeat
+/// before the group gives its partitions away, so that a loaded machine
+/// (a member or the broker starved of CPU for seconds) never costs it its
+/// partitions where that is not what a test is about.
+const SESSION: &str = "60000";
+
+/// The group session of a member a test kills or stops: 6 s, the broker's
+/// least, so that its partitions move soon after.
+const SHORT_SESSION: &str = "6000";
+
 impl Job<'_> {
+    /// Starts member `name`, one that stays to the end.
     fn start(&self, name: &str) -> Member {
+        self.start_with_session(name, SESSION)
+    }
+
+    /// Starts member `name`, one the test kills or stops ([`SHORT_SESSION`]).
+    fn start_to_lose(&self, name: &str) -> Member {
+        self.start_with_session(name, SHORT_SESSION)
+    }
+
+    fn start_with_session(&self, name: &str, session_ms: &str) -> Member {
         let log = self.dir.join(format!("{name}.log"));
         let mut cmd = Command::new(strata_bin());
         with_s3_env(&mut cmd)
@@ -89,7 +110,8 @@ impl Job<'_> {
             .args(["-D", "source.kafka.bounded=true"])
             .args(["-D", "checkpoint.interval=1s"])
             .args(["-D", "checkpoint.retained=100"])
-            .args(["-D", "source.kafka.session.timeout.ms=6000"])
+            .arg("-D")
+            .arg(format!("source.kafka.session.timeout.ms={session_ms}"))
             .arg("-D")
             .arg(format!("source.max-records-per-second={}", self.rate))
             .args(self.extra.iter().flat_map(|d| ["-D", d.as_str()]))
@@ -130,6 +152,21 @@ impl Member {
     /// Waits (up to 60 s) until the group gave it a partition.
     fn wait_assigned(&self, what: &str) {
         self.wait_for(what, Duration::from_secs(60), |_| self.assignments() > 0);
+    }
+
+    /// Waits (up to 60 s) until every shard the group gave it so far has
+    /// read its first record (and so opened its sink, which fences the
+    /// partition's earlier owner).
+    fn wait_running(&self, what: &str) {
+        self.wait_for(what, Duration::from_secs(60), |log| {
+            let count = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+            let assigned: usize = log
+                .lines()
+                .filter_map(|l| l.split_once("assigned partitions [")?.1.split_once(']'))
+                .map(|(list, _)| list.split(',').filter(|p| !p.trim().is_empty()).count())
+                .sum();
+            assigned > 0 && count(": first record ") >= assigned
+        });
     }
 
     /// SIGKILLs it and reaps it.
@@ -182,6 +219,25 @@ impl Member {
         let status = self.child.wait().unwrap();
         (status.success(), format!("{status}:\n{}", self.log()))
     }
+}
+
+/// Waits (up to 60 s) until each of the `partitions` shards has a
+/// completed checkpoint in the job's object store prefix (a shard that
+/// moves then is restored from there).
+fn wait_every_shard_checkpointed(job: &Job, partitions: u32) {
+    wait::until(
+        "a checkpoint of every shard in the store",
+        Duration::from_secs(60),
+        || {
+            let objects = job.prefix.objects();
+            (0..partitions).all(|p| {
+                let shard = format!("p-{p}/chk-");
+                objects
+                    .iter()
+                    .any(|o| o.starts_with(&shard) && o.ends_with("/_metadata"))
+            })
+        },
+    );
 }
 
 /// The partition lines of `strata jobs status` for the job's group.
@@ -240,12 +296,13 @@ fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
     let job = job("g", &prefix, dir.path(), 2_000);
     load_flights(&head, &job.input, 8);
     let a = job.start("a");
-    let b = job.start("b");
+    let b = job.start_to_lose("b");
     for m in [&a, &b] {
         m.wait_assigned("an assignment");
     }
-    // A third process joins: some partitions move to it.
-    std::thread::sleep(Duration::from_secs(3));
+    // A third process joins once every shard has a checkpoint in the
+    // store: some partitions move to it, restored from there.
+    wait_every_shard_checkpointed(&job, 8);
     let c = job.start("c");
     c.wait_assigned("the joiner's assignment");
     // `strata jobs status` shows every partition owned, by several processes.
@@ -266,8 +323,9 @@ fn two_processes_a_join_and_a_sigkill_give_the_exact_output() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    // One of the first two dies: its partitions move again.
-    std::thread::sleep(Duration::from_secs(2));
+    // One of the first two dies, once the joiner runs what it was given:
+    // its partitions move again.
+    c.wait_running("the joiner's shards");
     let mut b = b;
     b.kill();
     let limit = Duration::from_secs(300);
@@ -319,7 +377,7 @@ fn a_group_on_a_shared_local_directory_survives_a_join_and_a_sigkill() {
     job.shared_dir = Some(dir.path().join("shared"));
     load_flights(&head, &job.input, 4);
     let a = job.start("a");
-    let b = job.start("b");
+    let b = job.start_to_lose("b");
     for m in [&a, &b] {
         m.wait_assigned("an assignment");
     }
@@ -459,15 +517,11 @@ fn a_process_stopped_past_its_session_is_fenced_when_it_wakes() {
         format!("state.l3.keyspace={keyspace}"),
     ];
     load_flights(&head, &job.input, 4);
-    let a = job.start("a");
-    a.wait_for("an assignment", Duration::from_secs(60), |_| {
-        a.assignments() > 0
-    });
+    let a = job.start_to_lose("a");
+    a.wait_assigned("an assignment");
     let b = job.start("b");
-    b.wait_for("an assignment", Duration::from_secs(60), |_| {
-        b.assignments() > 0
-    });
-    std::thread::sleep(Duration::from_secs(2));
+    b.wait_assigned("an assignment");
+    wait_every_shard_checkpointed(&job, 4);
     // A stops past its session: the group gives its partitions to B,
     // which restores them from A's checkpoints and fences A's producers.
     a.signal("-STOP");
@@ -475,7 +529,7 @@ fn a_process_stopped_past_its_session_is_fenced_when_it_wakes() {
     b.wait_for("the takeover", Duration::from_secs(60), |_| {
         b.assignments() > before
     });
-    std::thread::sleep(Duration::from_secs(4));
+    b.wait_running("the taken-over shards");
     a.signal("-CONT");
     let limit = Duration::from_secs(300);
     let (a_log, b_log) = (a.finish(limit), b.finish(limit));
@@ -507,7 +561,7 @@ fn a_group_refuses_a_directory_output_and_a_restore() {
         "run",
         "route-history",
         "--input",
-        "kafka://127.0.0.1:9092/flights?group=g",
+        &format!("{}?group=g", uri("flights")),
         "--output",
         "out-dir",
         "--checkpoint-dir",
@@ -523,9 +577,9 @@ fn a_group_refuses_a_directory_output_and_a_restore() {
         "run",
         "route-history",
         "--input",
-        "kafka://127.0.0.1:9092/flights?group=g",
+        &format!("{}?group=g", uri("flights")),
         "--output",
-        "kafka://127.0.0.1:9092/out",
+        &uri("out"),
         "--checkpoint-dir",
         "chk",
         "--restore",
@@ -690,7 +744,7 @@ fn queries_to_any_member_are_answered_by_the_owner_across_a_join_and_a_sigkill()
     load_flights(&head, &job.input, 8);
     let mut queries = GroupQueries::new(&parquet_flights(&head), 8);
     let a = job.start("a");
-    let b = job.start("b");
+    let b = job.start_to_lose("b");
     for m in [&a, &b] {
         m.wait_assigned("an assignment");
     }

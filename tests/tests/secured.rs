@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use strata_tests::cassandra::{unique_keyspace, Cql};
 use strata_tests::kafka::{read_route_history, unique_topic};
 use strata_tests::secure::*;
+use strata_tests::wait;
 use strata_tests::*;
 
 /// The metrics `addr` serves, scraped once the run serves them.
@@ -139,25 +140,10 @@ fn route_history_with_l3_on_a_password_tls_cassandra_is_exact_also_after_a_sigki
 
 /// Waits until a checkpoint of `chk` completed (its `_metadata` exists).
 fn wait_for_checkpoint(chk: &Path, limit: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        let done = std::fs::read_dir(chk)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                e.file_name().to_string_lossy().starts_with("chk-")
-                    && e.path().join("_metadata").exists()
-            });
-        if done {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!(
-        "no checkpoint completed in {} within {limit:?}",
-        chk.display()
-    );
+    let what = format!("a completed checkpoint in {}", chk.display());
+    wait::until(&what, limit, || {
+        !wait::completed_checkpoints(chk).is_empty()
+    });
 }
 
 /// A run of route-history on 1,000 flights with L3 `l3` (`key=value`
