@@ -61,6 +61,10 @@ proptest! {
                     let live = dir.path().join(format!("l2-{id}"));
                     model::copy_dir(&chk, &live);
                     s = store(&live, cold.clone());
+                    // As the runtime does, and as `StoreBuilder::from_checkpoint`
+                    // asks: the restored checkpoint completed, so its pick's
+                    // move (which the first store ran) is finished before a read.
+                    s.checkpoint_completed(id).unwrap();
                     h = Handles::of(&s);
                 }
                 // Read ahead as the runtime does before a batch of records.
