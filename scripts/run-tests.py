@@ -275,7 +275,13 @@ def main():
     timeout = float(os.environ.get("STRATA_TEST_TIMEOUT", "1200"))
     jobs = order(jobs_of(cargo_args, test_args), times)
     started = time.monotonic()
-    done = run(jobs, lanes, timeout)
+    try:
+        done = run(jobs, lanes, timeout)
+    except KeyboardInterrupt:
+        # The test binaries share this process group: the interrupt
+        # stopped them too.
+        print("run-tests: interrupted; no closing line", file=sys.stderr)
+        sys.exit(130)
     times.update({label(j): round(j.elapsed, 1) for j in done})
     try:
         times_file.write_text(json.dumps(times, indent=1, sort_keys=True))

@@ -7,7 +7,8 @@
 # single-node Kafka the Kafka tests need (scripts/kafka.sh; its SASL_SSL
 # listener on 127.0.0.1:9094 comes with it) and the S3-compatible server
 # the object-store tests need (scripts/s3.sh) — each stopped again at the
-# end if this script started it — runs every test of the workspace — unit,
+# end if this script started it — runs every test of the workspace (or of
+# the packages -p picks) — unit,
 # property-based and end-to-end on the real flights data, the real
 # Cassandra, the real Kafka and the real S3 server, several test binaries
 # at a time (scripts/run-tests.py) — then prints one closing line
@@ -80,5 +81,12 @@ fi
 # Several test binaries at a time, those that stop a server alone with
 # it; prints the closing line and exits non-zero on any failure.
 status=0
-python3 scripts/run-tests.py --release --workspace "${features[@]}" "$@" || status=$?
+# The whole workspace, unless the arguments pick packages (-p NAME);
+# then strata-runtime comes along, the package whose feature the test
+# hooks are (cargo takes a package's features only when it is picked).
+scope=(--workspace)
+for arg in "$@"; do
+  case "$arg" in -p | -p?* | --package | --package=*) scope=(-p strata-runtime) ;; --) break ;; esac
+done
+python3 scripts/run-tests.py --release "${scope[@]}" "${features[@]}" "$@" || status=$?
 exit "$status"
